@@ -6,10 +6,13 @@
 //! median without a manager at the same n. The tensors are made after the manager is configured,
 //! so every one is a storage of its, and each is read once before the rounds (on the device from
 //! then on). Tensor i holds i: the sum each first read makes, and one sum after each round, are
-//! checked whole; a failed add or a wrong sum makes the run exit 1.
+//! checked whole; a failed add or a wrong sum makes the run exit 1. With `--kernels as-cuda` the
+//! simulated device's kernels allocate as CUDA's do, without asking the manager, so that each
+//! add first reserves room for its result (found by running its body over meta copies of its
+//! inputs, once per signature: src/ops/output_bytes.rs).
 //!
 //!     cargo bench --bench manager_overhead [-- --live 100,10000,100000 --rounds 11 --ops 20000
-//!         --policies resident,genoa,flow]
+//!         --policies resident,genoa,flow --kernels asking|as-cuda]
 //!
 //! The timed ops run in a function of their own, `timed`, so that a profiler can count them
 //! alone: `valgrind --tool=callgrind --cache-sim=yes --toggle-collect='manager_overhead::timed'
@@ -113,7 +116,9 @@ fn main() -> Result<()> {
             other => usage(format!("--policies: {other} is not resident, genoa or flow")),
         })
         .collect();
-    println!("4-element f32 add + release through the C ABI, random pairs of n live tensors, simulated device, budget 1 GiB; median of {rounds} rounds of {ops} ops");
+    let kernels = cli.choice("--kernels", &["asking", "as-cuda"]);
+    residency::simulate_cuda_allocator(kernels == "as-cuda");
+    println!("4-element f32 add + release through the C ABI, random pairs of n live tensors, simulated device (kernels {kernels}), budget 1 GiB; median of {rounds} rounds of {ops} ops");
     print!("{:>8} {:>14}", "n", "no manager");
     for p in &policies {
         print!(" {:>24}", format!("{p:?} (added)"));

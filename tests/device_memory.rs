@@ -2,8 +2,10 @@
 //! (device copies, an op's outputs and its kernel's scratch) never exceed the budget at any
 //! moment, under every policy, because an op's kernel gets room for each allocation before it
 //! is made. An op whose scratch cannot fit beside its inputs is refused with what it needs, and
-//! nothing is left counted once the manager is off. (Its own test binary: the manager and the
-//! allocator's counts are process-wide.)
+//! nothing is left counted once the manager is off. Where kernels allocate as CUDA's do, without
+//! asking, each op makes room for its outputs before its kernel. (Its own test binary: the
+//! manager and the allocator's counts are process-wide; no Python in it, so the meta kernels
+//! asked are libtorch's C++ ones.)
 
 mod common;
 use std::sync::Mutex;
@@ -86,6 +88,50 @@ fn an_ops_scratch_needs_room_too() -> Result<()> {
         residency::disable()?;
         assert_eq!(loss, plain);
         assert!(memory.peak >= 2 * logits_bytes && memory.peak <= roomy, "the scratch was counted, within the budget: {memory:?}");
+        Ok(())
+    })
+}
+
+/// The chain's ops and ops over lists and views, all with kernels of their own or the schema's:
+/// `matmul` (the schema's runner), `add`, `softmax`, `gelu`, `transpose` and `cat` (bodies of
+/// their own, run over meta copies of the inputs).
+fn table_chain() -> Result<Vec<f32>> {
+    let ts: Vec<Tensor> = (0..8).map(|i| Tensor::full(&[N, N], 0.01 * (i + 1) as f64, DType::F32)).collect::<Result<_>>()?;
+    let mut x = Tensor::full(&[N, N], 0.5, DType::F32)?;
+    for i in 0..16 {
+        let (a, b) = (&ts[i % 8], &ts[(i * 3 + 1) % 8]);
+        let y = x.matmul(&a.transpose(0, 1)?)?.add(b)?.gelu()?;
+        x = Tensor::cat(&[&y, &x.softmax(1)?], 0)?.narrow(0, 0, N)?;
+    }
+    x.to_vec::<f32>()
+}
+
+#[test]
+fn kernels_allocating_as_on_cuda_find_room_for_their_outputs_first() -> Result<()> {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    no_grad(|| -> Result<()> {
+        let plain = table_chain()?;
+        let budget = 6 * TENSOR; // cat's two inputs and its result, and room to spare
+        residency::simulate_cuda_allocator(true);
+        struct AsCuda; // off again however the test ends
+        impl Drop for AsCuda {
+            fn drop(&mut self) {
+                residency::simulate_cuda_allocator(false);
+            }
+        }
+        let _as_cuda = AsCuda;
+        for policy in [Policy::Genoa, Policy::Flow] {
+            residency::configure(Config::new(Device::Simulated, policy, budget))?;
+            residency::device_memory(true);
+            let run = table_chain();
+            let memory = residency::device_memory(false);
+            let stats = residency::stats().expect("configured");
+            residency::disable()?;
+            assert_eq!(run?, plain, "{policy:?}: results differ from the same ops without a manager");
+            assert!(stats.evictions > 0, "{policy:?}: the budget made it move data");
+            assert_eq!(stats.output_bytes_unreserved, 0, "{policy:?}: every output had room made before its kernel");
+            assert!(memory.peak <= budget + memory.scratch_peak, "{policy:?}: {memory:?} over the budget {budget}");
+        }
         Ok(())
     })
 }

@@ -7,8 +7,11 @@ op executor (`Op`, src/ops/exec.rs), binds each as the body expects it (a tensor
 header), and runs the body as its return type says. A replayable op's body (`Op.replayable`) is a
 local function `replay` of its tensor inputs and other arguments, so the residency manager can
 keep it to recompute the result; the function holding the arguments is made only when the
-manager keeps recipes, so the ordinary path copies nothing. A core function that runs a kernel of the schema (an op generated from it, or
-an ops.def op with the body `schema`) hands its handles and arguments to the runner
+manager keeps recipes, so the ordinary path copies nothing. Where the device's kernels allocate
+without asking the manager (CUDA), the executor runs `replay` over meta copies of the inputs
+first, to reserve room for the result; an op over a list (`cat`) runs its body so
+(`Op::reserve_list`). A core function that runs a kernel of the schema (an op generated from it,
+or an ops.def op with the body `schema`) hands its handles and arguments to the runner
 (src/ops/aten/run.rs) instead. The method passes handles to the core function.
 """
 from __future__ import annotations
@@ -72,6 +75,10 @@ def one_op(op: Op) -> list[str]:
         return lines + [f"    op.output_drawn([{inputs}], |keep| {op.body})"]
     if op.replayable:
         return replay_fn(op) + lines + replayed(op)
+    tensors = [p for p in op.params if cell(p.ty, "tensor")]
+    if op.ret == "T" and [p.ty for p in tensors] == ["T[]"]:  # room for its result, found over meta copies
+        values = [p for p in op.params if not cell(p.ty, "tensor")]
+        lines.append(f"    op.reserve_list({tensors[0].name}, {words(values)}, |{tensors[0].name}| {op.body})?;")
     run = ret_cell(op.ret, "rust_run").format(body=op.body, first=params[0].name if params else "")
     return lines + [f"    {run}"]
 
@@ -94,14 +101,20 @@ def replayed(op: Op) -> list[str]:
     inputs = ", ".join(f"Some({p.name})" if cell(p.ty, "replay") == "tensor" else p.name for p in op.params if cell(p.ty, "tensor"))
     values = [p for p in op.params if not cell(p.ty, "tensor")]
     if not values:  # `replay` itself is the replay function
-        return [f"    op.output_replayable(&[{inputs}], replay, || Arc::new(replay))"]
+        return [f"    op.output_replayable(&[{inputs}], &[], replay, || Arc::new(replay))"]
     owned = [p.name for p in values if cell(p.ty, "replay") == "owned"]
     held = "".join(", " + (f"&{p.name}" if p.name in owned else p.name) for p in values)
     passed = "".join(f", {p.name}" for p in values)
-    return ([f"    op.output_replayable(&[{inputs}], |inputs| replay(inputs{passed}), || {{"]
+    return ([f"    op.output_replayable(&[{inputs}], {words(values)}, |inputs| replay(inputs{passed}), || {{"]
             + [f"        let {n} = {n}.to_owned();" for n in owned]
             + [f"        Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs{held}))", "    })"])
 
+
+
+def words(values: list) -> str:
+    """An op's arguments other than tensors, as the signature its output bytes are kept by takes
+    them (ops::output_bytes)."""
+    return "&[" + ", ".join(f"&{p.name}" for p in values) + "]"
 
 
 def method(op: Op) -> str:

@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::ops::aten::Made;
+use crate::ops::output_bytes::{meta_output_bytes, Words};
 use crate::registry::{self, Entry, TensorId, TensorIds};
 use crate::residency::{self, Recipe, Replay, Ticket};
 use smallvec::SmallVec;
@@ -290,12 +291,32 @@ impl Op {
     }
 
     /// Like `output`, for an op whose result depends on nothing but its tensor inputs (`inputs`,
-    /// None for an absent optional one) and its other arguments: `run` computes it. Under a
-    /// manager that recomputes, the result keeps its recipe (the inputs' entries and the replay
-    /// function `keep` makes, holding the arguments): it may then be dropped when evicted and made
-    /// again when needed (see residency::recompute).
+    /// None for an absent optional one) and its other arguments (`values`): `run` computes it.
+    /// Where the device's kernels allocate without asking the manager (CUDA), room for the
+    /// result is reserved first, its bytes found by `run` over meta copies of the inputs
+    /// (ops::output_bytes). Then as `output_with_recipe`.
     #[inline]
     pub(crate) fn output_replayable(
+        mut self,
+        inputs: &[Option<&tch::Tensor>],
+        values: &[&dyn Words],
+        run: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>,
+        keep: impl FnOnce() -> Replay,
+    ) -> Result<TensorId> {
+        if let Some(m) = &self.managed {
+            let op = m.ticket.op();
+            self.reserve(|| meta_output_bytes(op, values, inputs, &run))?;
+        }
+        self.output_with_recipe(inputs, run, keep)
+    }
+
+    /// `output_replayable` for an op that reserved room for its result itself (the schema's
+    /// runner, from the overload's meta kernel). Under a manager that recomputes, the result
+    /// keeps its recipe (the inputs' entries and the replay function `keep` makes, holding the
+    /// arguments): it may then be dropped when evicted and made again when needed (see
+    /// residency::recompute).
+    #[inline]
+    pub(crate) fn output_with_recipe(
         self,
         inputs: &[Option<&tch::Tensor>],
         run: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>,
@@ -308,6 +329,17 @@ impl Op {
         let replay = keep();
         let recipe = || Some(Recipe::new(originals.clone(), replay.clone()));
         self.run_managed(|| run(inputs), recipe)?.ok_or_else(undefined)
+    }
+
+    /// Reserves room, where the device's kernels allocate without asking (CUDA), for the result
+    /// `run` makes over the op's list of inputs `tensors` and its other arguments `values`
+    /// (its bytes found over meta copies of them, ops::output_bytes), before the op runs its
+    /// body through `output`.
+    pub(crate) fn reserve_list(&mut self, tensors: &[&tch::Tensor], values: &[&dyn Words], run: impl FnOnce(&[&tch::Tensor]) -> Result<tch::Tensor>) -> Result<()> {
+        let Some(m) = &self.managed else { return Ok(()) };
+        let op = m.ticket.op();
+        let inputs: SmallVec<[Option<&tch::Tensor>; 8]> = tensors.iter().map(|&t| Some(t)).collect();
+        self.reserve(|| meta_output_bytes(op, values, &inputs, |metas| run(&metas.iter().flatten().copied().collect::<Vec<_>>())))
     }
 
     /// Like `output_replayable`, for a random op: `draw(keep)` returns its result and, with `keep`

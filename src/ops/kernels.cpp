@@ -93,4 +93,25 @@ int tr_native_is_meta(const void *t) {
     return static_cast<const at::Tensor *>(t)->is_meta() ? 1 : 0;
 }
 
+// The bytes of `out`'s storage, or 0 where it is the storage of one of the `n` `inputs` (a view
+// of an input, or the input itself) or `out` is undefined.
+int tr_native_new_storage_bytes(const void *out, const void *const *inputs, size_t n, uint64_t *bytes, char *err,
+                                size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &t = *static_cast<const at::Tensor *>(out);
+        *bytes = 0;
+        if (!t.defined() || !t.has_storage()) {
+            return;
+        }
+        const c10::StorageImpl *storage = t.storage().unsafeGetStorageImpl();
+        for (size_t k = 0; k < n; ++k) {
+            const auto &input = *static_cast<const at::Tensor *>(inputs[k]);
+            if (input.has_storage() && input.storage().unsafeGetStorageImpl() == storage) {
+                return;
+            }
+        }
+        *bytes = storage->nbytes();
+    });
+}
+
 } // extern "C"

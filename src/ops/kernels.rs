@@ -14,6 +14,7 @@ extern "C" {
     fn tr_native_fill(t: *const c_void, tag: c_int, i: i64, f: c_double, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_to_meta(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_is_meta(t: *const c_void) -> c_int;
+    fn tr_native_new_storage_bytes(out: *const c_void, inputs: *const *const c_void, n: usize, bytes: *mut u64, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_pow(t: *const c_void, tag: c_int, i: i64, f: c_double, how: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_arange(start: c_double, end: c_double, step: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
 }
@@ -71,8 +72,7 @@ pub(crate) fn fill(t: &tch::Tensor, value: Tagged) -> Result<()> {
     check("fill", status, &err)
 }
 
-/// `t`'s sizes, strides and dtype on the meta device (no data): for device-placement checks.
-#[cfg_attr(not(test), allow(dead_code))]
+/// `t`'s sizes, strides and dtype on the meta device (no data).
 pub(crate) fn to_meta(t: &tch::Tensor) -> Result<tch::Tensor> {
     // SAFETY: as for `scalar_like`.
     make("to meta", |out, err, len| unsafe { tr_native_to_meta(t.as_ptr().cast(), out, err, len) })
@@ -83,4 +83,15 @@ pub(crate) fn to_meta(t: &tch::Tensor) -> Result<tch::Tensor> {
 pub(crate) fn is_meta(t: &tch::Tensor) -> bool {
     // SAFETY: `t` is live for the call.
     unsafe { tr_native_is_meta(t.as_ptr().cast()) != 0 }
+}
+
+/// The bytes of `out`'s storage, or 0 where it is the storage of one of `inputs` (a view of an
+/// input, or the input itself) or `out` is undefined.
+pub(crate) fn new_storage_bytes<'a>(out: &tch::Tensor, inputs: impl Iterator<Item = &'a tch::Tensor>) -> Result<u64> {
+    let inputs: Vec<*const c_void> = inputs.map(|t| t.as_ptr().cast()).collect();
+    let mut bytes = 0;
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: `out` and each of `inputs` are live for the call; `bytes` and err are valid.
+    let status = unsafe { tr_native_new_storage_bytes(out.as_ptr().cast(), inputs.as_ptr(), inputs.len(), &mut bytes, err.as_mut_ptr(), ERR_LEN) };
+    check("output bytes", status, &err).map(|()| bytes)
 }

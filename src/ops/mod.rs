@@ -19,6 +19,7 @@ pub(crate) mod kernels;
 pub(crate) mod lists;
 mod operators_generated;
 pub(crate) mod optim;
+pub(crate) mod output_bytes;
 pub(crate) mod random;
 pub(crate) mod scalars;
 

@@ -71,7 +71,7 @@ pub(crate) fn replayable(op: &Schema, args: &[Arg]) -> Result<TensorId> {
             return o.output(|| op.one(&bound.args));
         }
         let inputs = bound.inputs_in_order(args);
-        o.output_replayable(&inputs, |_| op.one(&bound.args), || keep(op, args))
+        o.output_with_recipe(&inputs, |_| op.one(&bound.args), || keep(op, args))
     })
 }
 

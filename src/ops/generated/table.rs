@@ -76,7 +76,7 @@ pub(crate) mod core {
             let mut op = Op::begin("zeros_like");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -91,7 +91,7 @@ pub(crate) mod core {
             let mut op = Op::begin("ones_like");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -108,7 +108,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -125,7 +125,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -142,7 +142,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -159,7 +159,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -174,7 +174,7 @@ pub(crate) mod core {
             let mut op = Op::begin("add_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], &[&s], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -191,7 +191,7 @@ pub(crate) mod core {
             let mut op = Op::begin("sub_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], &[&s], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -218,7 +218,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rsub_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], &[&s], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -235,7 +235,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rdiv_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], &[&s], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -262,7 +262,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rfloor_divide_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], &[&s], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -281,7 +281,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -301,7 +301,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rremainder_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], &[&s], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -320,7 +320,7 @@ pub(crate) mod core {
             let [a, exponent] = op.get([a, exponent])?;
             let a: &tch::Tensor = &a;
             let exponent: &tch::Tensor = &exponent;
-            op.output_replayable(&[Some(a), Some(exponent)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(exponent)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -335,7 +335,7 @@ pub(crate) mod core {
             let mut op = Op::begin("pow_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, exponent), || {
+            op.output_replayable(&[Some(a)], &[&exponent], |inputs| replay(inputs, exponent), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
             })
         })
@@ -352,7 +352,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rpow_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, base), || {
+            op.output_replayable(&[Some(a)], &[&base], |inputs| replay(inputs, base), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, base))
             })
         })
@@ -399,7 +399,7 @@ pub(crate) mod core {
             let mut op = Op::begin("gelu");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -429,7 +429,7 @@ pub(crate) mod core {
             let mut op = Op::begin("clamp");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, min, max), || {
+            op.output_replayable(&[Some(a)], &[&min, &max], |inputs| replay(inputs, min, max), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min, max))
             })
         })
@@ -450,7 +450,7 @@ pub(crate) mod core {
             let a: &tch::Tensor = &a;
             let condition: &tch::Tensor = &condition;
             let other: &tch::Tensor = &other;
-            op.output_replayable(&[Some(a), Some(condition), Some(other)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(condition), Some(other)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -467,7 +467,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -484,7 +484,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -501,7 +501,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -518,7 +518,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -535,7 +535,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -552,7 +552,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -597,7 +597,7 @@ pub(crate) mod core {
             let mut op = Op::begin("sum");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -612,7 +612,7 @@ pub(crate) mod core {
             let mut op = Op::begin("sum_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dims, keepdim), || {
+            op.output_replayable(&[Some(a)], &[&dims, &keepdim], |inputs| replay(inputs, dims, keepdim), || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
             })
@@ -630,7 +630,7 @@ pub(crate) mod core {
             let mut op = Op::begin("mean");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -645,7 +645,7 @@ pub(crate) mod core {
             let mut op = Op::begin("mean_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dims, keepdim), || {
+            op.output_replayable(&[Some(a)], &[&dims, &keepdim], |inputs| replay(inputs, dims, keepdim), || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
             })
@@ -668,7 +668,7 @@ pub(crate) mod core {
             let mut op = Op::begin("max_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], &[&dim, &keepdim], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -690,7 +690,7 @@ pub(crate) mod core {
             let mut op = Op::begin("min_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], &[&dim, &keepdim], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -707,7 +707,7 @@ pub(crate) mod core {
             let mut op = Op::begin("argmax");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], &[&dim, &keepdim], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -724,7 +724,7 @@ pub(crate) mod core {
             let mut op = Op::begin("argmin");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], &[&dim, &keepdim], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -741,7 +741,7 @@ pub(crate) mod core {
             let mut op = Op::begin("softmax");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim), || {
+            op.output_replayable(&[Some(a)], &[&dim], |inputs| replay(inputs, dim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
             })
         })
@@ -758,7 +758,7 @@ pub(crate) mod core {
             let mut op = Op::begin("log_softmax");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim), || {
+            op.output_replayable(&[Some(a)], &[&dim], |inputs| replay(inputs, dim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
             })
         })
@@ -800,7 +800,7 @@ pub(crate) mod core {
             let mut op = Op::begin("transpose");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim0, dim1), || {
+            op.output_replayable(&[Some(a)], &[&dim0, &dim1], |inputs| replay(inputs, dim0, dim1), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
             })
         })
@@ -822,7 +822,7 @@ pub(crate) mod core {
             let mut op = Op::begin("squeeze");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim), || {
+            op.output_replayable(&[Some(a)], &[&dim], |inputs| replay(inputs, dim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
             })
         })
@@ -839,6 +839,7 @@ pub(crate) mod core {
             let mut op = Op::begin("cat");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            op.reserve_list(tensors, &[&dim], |tensors| lists::nonempty("cat", tensors).and_then(|t| Ok(tch::Tensor::f_cat(t, dim)?)))?;
             op.output(|| lists::nonempty("cat", tensors).and_then(|t| Ok(tch::Tensor::f_cat(t, dim)?)))
         })
     }
@@ -849,6 +850,7 @@ pub(crate) mod core {
             let mut op = Op::begin("stack");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            op.reserve_list(tensors, &[&dim], |tensors| lists::nonempty("stack", tensors).and_then(|t| Ok(tch::Tensor::f_stack(t, dim)?)))?;
             op.output(|| lists::nonempty("stack", tensors).and_then(|t| Ok(tch::Tensor::f_stack(t, dim)?)))
         })
     }
@@ -879,7 +881,7 @@ pub(crate) mod core {
             let mut op = Op::begin("clone");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -894,7 +896,7 @@ pub(crate) mod core {
             let mut op = Op::begin("expand");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, shape), || {
+            op.output_replayable(&[Some(a)], &[&shape], |inputs| replay(inputs, shape), || {
                 let shape = shape.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
             })
@@ -912,7 +914,7 @@ pub(crate) mod core {
             let mut op = Op::begin("select");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, index), || {
+            op.output_replayable(&[Some(a)], &[&dim, &index], |inputs| replay(inputs, dim, index), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
             })
         })
@@ -929,7 +931,7 @@ pub(crate) mod core {
             let mut op = Op::begin("slice");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, start, end, step), || {
+            op.output_replayable(&[Some(a)], &[&dim, &start, &end, &step], |inputs| replay(inputs, dim, start, end, step), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
             })
         })
@@ -956,7 +958,7 @@ pub(crate) mod core {
             let mut op = Op::begin("to_dtype");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dtype), || {
+            op.output_replayable(&[Some(a)], &[&dtype], |inputs| replay(inputs, dtype), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
             })
         })
@@ -975,7 +977,7 @@ pub(crate) mod core {
             let [weight, indices] = op.get([weight, indices])?;
             let weight: &tch::Tensor = &weight;
             let indices: &tch::Tensor = &indices;
-            op.output_replayable(&[Some(weight), Some(indices)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(weight), Some(indices)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -994,7 +996,7 @@ pub(crate) mod core {
             let a: &tch::Tensor = &a;
             let weight = weight.as_deref();
             let bias = bias.as_deref();
-            op.output_replayable(&[Some(a), weight, bias], |inputs| replay(inputs, normalized_shape, eps), || {
+            op.output_replayable(&[Some(a), weight, bias], &[&normalized_shape, &eps], |inputs| replay(inputs, normalized_shape, eps), || {
                 let normalized_shape = normalized_shape.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &normalized_shape, eps))
             })
@@ -1034,7 +1036,7 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable(&[Some(input), Some(target)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(input), Some(target)], &[], replay, || Arc::new(replay))
         })
     }
 
@@ -1051,7 +1053,7 @@ pub(crate) mod core {
             let [logits, targets] = op.get([logits, targets])?;
             let logits: &tch::Tensor = &logits;
             let targets: &tch::Tensor = &targets;
-            op.output_replayable(&[Some(logits), Some(targets)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(logits), Some(targets)], &[], replay, || Arc::new(replay))
         })
     }
 

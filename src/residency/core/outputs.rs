@@ -3,13 +3,15 @@
 //! simulated device when a test makes it allocate so: `simulate_cuda_allocator`). The front
 //! door learns the bytes of the outputs the kernel will make from the op's meta kernel
 //! (`outputs.cpp` beside this: the `tensorref` device and the runner of the generated ops ask
-//! it), and `Ticket::reserve` makes room for them: evicting, and waiting for memory the device
+//! it; the op table's own bodies run over meta copies of their inputs, src/ops/output_bytes.rs),
+//! and `Ticket::reserve` makes room for them: evicting, and waiting for memory the device
 //! still uses, as for a load. The room stays counted against the budget (`reserved`) until the
 //! outputs take it as storages, so that at no moment are the storages, the copies being freed
 //! and the outputs together over the budget.
 //!
-//! Outputs that come without room made for them (an op whose sizes depend on its data, a front
-//! door that does not reserve) are counted in `output_bytes_unreserved`: by that many bytes the
+//! Outputs that come without room made for them (an op whose sizes depend on its data, or without
+//! a meta kernel, or one that reserves nothing: `dropout`) are counted in
+//! `output_bytes_unreserved`: by that many bytes the
 //! device may have held more than the budget while they appeared. On the simulated device's own
 //! allocator every allocation asks first, and nothing is reserved.
 

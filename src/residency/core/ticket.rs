@@ -98,6 +98,11 @@ impl Ticket {
         }
     }
 
+    /// The op's name, as it began.
+    pub(crate) fn op(&self) -> &'static str {
+        self.op
+    }
+
     /// Whether the op's result may keep a recipe (a manager that moves data recomputes).
     pub(crate) fn recomputes(&self) -> bool {
         self.recomputes
