@@ -574,9 +574,11 @@ typedef struct tr_device_memory {
    */
   uint64_t in_flight_here;
   /**
-   * The most a kernel allocated beyond its outputs, at once, since the last reset, where the
-   * device allocates as CUDA's does (`simulate_cuda_allocator`; 0 otherwise): its scratch,
-   * which on CUDA is outside the budget, so `peak` holds within the budget plus this.
+   * The most a kernel allocated beyond the room reserved for its outputs, at once, since the
+   * last reset, where the device allocates as CUDA's does (`simulate_cuda_allocator`; 0
+   * otherwise): its scratch, which on CUDA is outside the budget (all it allocated, for an op
+   * that reserved no room: `dropout`, an op writing in place), so `peak` holds within the
+   * budget plus this and the outputs that came unreserved.
    */
   uint64_t scratch_peak;
 } tr_device_memory;

@@ -30,14 +30,18 @@ c10::Scalar scalar_of(int tag, int64_t i, double f) {
 // A 0-dim tensor of dtype `kind` holding the tagged value (see `scalar_of`), on the device of
 // `like` (CPU, CUDA, meta...), marked a wrapped number as PyTorch marks a Python number: type
 // promotion then never lets it raise the dtype of a tensor of its category, a 0-dim one
-// included. `fill_` passes the value to the kernel as an argument: no host-to-device copy.
+// included. `fill_` passes the value to the kernel as an argument: no host-to-device copy. On
+// meta (an op's sizes asked before it runs) it is left unmarked: the meta kernels PyTorch writes
+// in Python take a wrapped number as a Python number, which only a CPU tensor can become. `kind`
+// already promotes as the number would beside a tensor of some dimensions; beside a 0-dim one
+// the sizes asked may come out wider than the result (a few bytes reserved over).
 int tr_native_scalar_like(const void *like, int tag, int64_t i, double f, int kind, void **out, char *err,
                           size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &t = *static_cast<const at::Tensor *>(like);
         auto options = at::TensorOptions().dtype(static_cast<at::ScalarType>(kind)).device(t.device());
         auto value = at::empty({}, options).fill_(scalar_of(tag, i, f));
-        value.unsafeGetTensorImpl()->set_wrapped_number(true);
+        value.unsafeGetTensorImpl()->set_wrapped_number(!t.is_meta());
         *out = new at::Tensor(std::move(value));
     });
 }

@@ -6,7 +6,8 @@ random policy, budget and recompute mode; mark_iteration, pin and unpin), each c
 bit against plain PyTorch at every step. A failure prints the seed, the step and the last calls;
 ``python fuzz_api.py --seed S --steps N [--policy P] --shrink`` replays and minimises it.
 
-Each test runs one seed in-process (about 0.5 s per 300 steps); the whole file takes ~30 s.
+Each test runs one seed in-process (about 0.5 s per 300 steps); the whole file takes ~30 s. Six
+seeds run with the simulated device's kernels allocating as CUDA's (``--cuda-allocator``).
 """
 import pytest
 
@@ -37,6 +38,20 @@ SEEDS = MIXED + SINGLE + HABITS + ALLOCATOR + PINS + EXTERNAL + ALIGNMENT
 @pytest.mark.parametrize("seed,steps,policies", SEEDS, ids=[f"{s}-{'+'.join(p)}" for s, _, p in SEEDS])
 def test_fuzz(seed, steps, policies):
     fz, failure, _ = fuzz_api.run_seed(seed, steps, policies, quiet=True)
+    if failure is not None:
+        pytest.fail(fz.report(failure), pytrace=False)
+    assert fz.step == steps
+
+
+# The simulated device's kernels allocating as CUDA's do, without asking the manager: each op
+# reserves room for its outputs first (ops of the table, the schema's, views, scalars beside
+# tensors); boolean-mask indexing (sizes from the data) and dropout (no reservation) come unreserved.
+AS_ON_CUDA = [(s, 400, fuzz_api.POLICIES) for s in (1, 3, 7, 25, 41, 46)]
+
+
+@pytest.mark.parametrize("seed,steps,policies", AS_ON_CUDA, ids=[f"{s}-cuda-allocator" for s, _, _ in AS_ON_CUDA])
+def test_fuzz_with_kernels_allocating_as_on_cuda(seed, steps, policies):
+    fz, failure, _ = fuzz_api.run_seed(seed, steps, policies, quiet=True, cuda_allocator=True)
     if failure is not None:
         pytest.fail(fz.report(failure), pytrace=False)
     assert fz.step == steps

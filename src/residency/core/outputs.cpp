@@ -29,13 +29,15 @@ namespace tr_native {
 
 namespace {
 
-// Whether every output of the op is one of its arguments (`Tensor(a!)`) or a view of one
-// (`Tensor(a)`), and none is an out= argument (which the kernel may resize): nothing new, and no
-// need to ask the meta kernel.
-bool only_aliases(const c10::FunctionSchema &schema) {
+// Whether every output of the op is one of its arguments, written in place (`Tensor(a!)`), and
+// none is an out= argument (which the kernel may resize): nothing new, and no need to ask the meta
+// kernel. An output that may alias an argument (`Tensor(a)`: `contiguous`, `reshape`) is a view
+// or a new tensor as the arguments' geometry decides: the meta kernel tells which.
+bool only_written(const c10::FunctionSchema &schema) {
     const auto &returns = schema.returns();
     const auto &args = schema.arguments();
-    return std::all_of(returns.begin(), returns.end(), [](const c10::Argument &r) { return r.alias_info() != nullptr; }) &&
+    const auto written = [](const c10::Argument &r) { return r.alias_info() != nullptr && r.alias_info()->isWrite(); };
+    return std::all_of(returns.begin(), returns.end(), written) &&
            std::none_of(args.begin(), args.end(), [](const c10::Argument &a) { return a.is_out(); });
 }
 
@@ -147,7 +149,7 @@ std::unordered_map<Signature, std::optional<uint64_t>, SignatureHash> &kept() {
 } // namespace
 
 std::optional<uint64_t> output_bytes(const c10::OperatorHandle &op, const torch::jit::Stack &stack, size_t first) {
-    if (only_aliases(op.schema())) {
+    if (only_written(op.schema())) {
         return 0;
     }
     Signature signature{reinterpret_cast<intptr_t>(&op.schema())};

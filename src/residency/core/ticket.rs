@@ -143,8 +143,9 @@ impl Ticket {
             memory::kernel_peak();
             let result = body();
             self.kernel_bytes.set(memory::kernel_peak());
-            if let Some(outputs) = self.reserved {
-                memory::scratch(self.kernel_bytes.get().saturating_sub(outputs));
+            if self.reserves() {
+                // beyond the room reserved for its outputs; all of it where it reserved none
+                memory::scratch(self.kernel_bytes.get().saturating_sub(self.reserved.unwrap_or(0)));
             }
             result
         };

@@ -69,9 +69,11 @@ pub struct DeviceMemory {
     pub in_flight: u64,
     /// In flight on this thread.
     pub in_flight_here: u64,
-    /// The most a kernel allocated beyond its outputs, at once, since the last reset, where the
-    /// device allocates as CUDA's does (`simulate_cuda_allocator`; 0 otherwise): its scratch,
-    /// which on CUDA is outside the budget, so `peak` holds within the budget plus this.
+    /// The most a kernel allocated beyond the room reserved for its outputs, at once, since the
+    /// last reset, where the device allocates as CUDA's does (`simulate_cuda_allocator`; 0
+    /// otherwise): its scratch, which on CUDA is outside the budget (all it allocated, for an op
+    /// that reserved no room: `dropout`, an op writing in place), so `peak` holds within the
+    /// budget plus this and the outputs that came unreserved.
     pub scratch_peak: u64,
 }
 
