@@ -7,8 +7,9 @@
 // inputs' geometry, allocating nothing and drawing no random numbers. An output over one of the
 // inputs' storages (in-place, out=, a view) is no new memory, unless the kernel resizes an out=
 // argument to more than its storage holds: that storage's new size is. An op whose outputs' sizes
-// depend on its data (`nonzero`), or that has no meta kernel, cannot tell: it reserves nothing,
-// and the manager counts its outputs as unreserved (ResidencyStats::output_bytes_unreserved).
+// depend on its data (`nonzero`), or that has no meta kernel and is not pointwise (`ask_pointwise`
+// answers for those), cannot tell: it reserves nothing, and the manager counts its outputs as
+// unreserved (ResidencyStats::output_bytes_unreserved).
 //
 // The answer depends on the op and its arguments' dtypes, sizes and strides, never on tensors'
 // values, and a model asks for the same ops over the same shapes at every iteration: each answer
@@ -18,6 +19,8 @@
 #include "outputs.h"
 
 #include "ivalue_tensors.h"
+
+#include <ATen/ExpandUtils.h>
 
 #include <algorithm>
 #include <cstring>
@@ -74,6 +77,53 @@ std::optional<uint64_t> ask_meta(const c10::OperatorHandle &op, const torch::jit
                     bytes += s->nbytes();
                 }
             }
+            return t;
+        });
+    }
+    return bytes;
+}
+
+// The answer for a pointwise op without a meta kernel (in a process without PyTorch's Python,
+// `relu`'s, `where`'s and `abs`'s among others): each new output has the broadcast shape of the
+// tensor arguments and the dtype the op gives them, which its CPU kernel tells over stand-ins of
+// one element (ones: of size 1 for a tensor of some dimensions, 0-dim for a 0-dim one, a Python
+// number as it is, so that type promotion is the same). Not for an op that draws random numbers
+// or has out= arguments (the kernel resizes them).
+std::optional<uint64_t> ask_pointwise(const c10::OperatorHandle &op, const torch::jit::Stack &stack, size_t first) {
+    const auto &args = op.schema().arguments();
+    if (!op.hasTag(at::Tag::pointwise) || op.hasTag(at::Tag::nondeterministic_seeded) ||
+        std::any_of(args.begin(), args.end(), [](const c10::Argument &a) { return a.is_out(); })) {
+        return std::nullopt;
+    }
+    torch::jit::Stack standins(stack.begin() + static_cast<std::ptrdiff_t>(first), stack.end());
+    std::vector<int64_t> shape;
+    std::vector<const c10::StorageImpl *> inputs;
+    try {
+        for (c10::IValue &v : standins) {
+            each_tensor(v, [&](const at::Tensor &t) {
+                if (!t.defined() || (t.unsafeGetTensorImpl()->is_wrapped_number() && t.is_cpu())) {
+                    return t;
+                }
+                shape = at::infer_size(shape, t.sizes());
+                at::Tensor one = at::ones(t.dim() == 0 ? at::IntArrayRef{} : at::IntArrayRef{1}, t.options().device(at::kCPU));
+                if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+                    one.unsafeGetTensorImpl()->set_wrapped_number(true);
+                }
+                inputs.push_back(one.storage().unsafeGetStorageImpl());
+                return one;
+            });
+        }
+        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &standins);
+    } catch (const std::exception &) {
+        return std::nullopt;
+    }
+    const uint64_t elements = c10::multiply_integers(shape);
+    uint64_t bytes = 0;
+    for (c10::IValue &v : standins) {
+        each_tensor(v, [&](const at::Tensor &t) {
+            const bool input = t.defined() && t.has_storage() &&
+                               std::find(inputs.begin(), inputs.end(), t.storage().unsafeGetStorageImpl()) != inputs.end();
+            bytes += t.defined() && !input ? elements * t.element_size() : 0; // in place or a view: nothing new
             return t;
         });
     }
@@ -162,7 +212,10 @@ std::optional<uint64_t> output_bytes(const c10::OperatorHandle &op, const torch:
             return found->second;
         }
     }
-    const std::optional<uint64_t> bytes = ask_meta(op, stack, first);
+    std::optional<uint64_t> bytes = ask_meta(op, stack, first);
+    if (!bytes) {
+        bytes = ask_pointwise(op, stack, first);
+    }
     if (describable) {
         std::lock_guard<std::mutex> guard(kept_lock);
         if (kept().size() >= kMostKept) {
