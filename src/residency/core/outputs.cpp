@@ -84,7 +84,7 @@ std::optional<uint64_t> ask_meta(const c10::OperatorHandle &op, const torch::jit
 }
 
 // The answer for a pointwise op without a meta kernel (in a process without PyTorch's Python,
-// `relu`'s, `where`'s and `abs`'s among others): each new output has the broadcast shape of the
+// `relu`'s and `where`'s among others): each new output has the broadcast shape of the
 // tensor arguments and the dtype the op gives them, which its CPU kernel tells over stand-ins of
 // one element (ones: of size 1 for a tensor of some dimensions, 0-dim for a 0-dim one, a Python
 // number as it is, so that type promotion is the same). Not for an op that draws random numbers
