@@ -18,11 +18,16 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const N: i64 = 64;
 const TENSOR: u64 = (N * N * 4) as u64;
 
+/// The chains' operands: eight tensors of distinct values, and the first `x`.
+fn operands() -> Result<(Vec<Tensor>, Tensor)> {
+    let ts = (0..8).map(|i| Tensor::full(&[N, N], 0.01 * (i + 1) as f64, DType::F32)).collect::<Result<_>>()?;
+    Ok((ts, Tensor::full(&[N, N], 0.5, DType::F32)?))
+}
+
 /// A chain of ops over eight tensors, each op reading two or three of them; returns the last
 /// result's values.
 fn chain() -> Result<Vec<f32>> {
-    let ts: Vec<Tensor> = (0..8).map(|i| Tensor::full(&[N, N], 0.01 * (i + 1) as f64, DType::F32)).collect::<Result<_>>()?;
-    let mut x = Tensor::full(&[N, N], 0.5, DType::F32)?;
+    let (ts, mut x) = operands()?;
     for i in 0..64 {
         let (a, b) = (&ts[i % 8], &ts[(i * 3 + 1) % 8]);
         x = x.matmul(a)?.add(b)?.tanh()?.softmax(1)?;
@@ -97,8 +102,7 @@ fn an_ops_scratch_needs_room_too() -> Result<()> {
 /// pointwise op's answer), `add`, `softmax`, `gelu`, `transpose` and `cat` (bodies of their own,
 /// run over meta copies of the inputs).
 fn table_chain() -> Result<Vec<f32>> {
-    let ts: Vec<Tensor> = (0..8).map(|i| Tensor::full(&[N, N], 0.01 * (i + 1) as f64, DType::F32)).collect::<Result<_>>()?;
-    let mut x = Tensor::full(&[N, N], 0.5, DType::F32)?;
+    let (ts, mut x) = operands()?;
     for i in 0..16 {
         let (a, b) = (&ts[i % 8], &ts[(i * 3 + 1) % 8]);
         let y = x.matmul(&a.transpose(0, 1)?)?.relu()?.add(b)?.gelu()?;

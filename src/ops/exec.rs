@@ -225,11 +225,12 @@ impl Op {
     }
 
     /// Makes room for the outputs of the op's kernel before it runs, where the device's kernels
-    /// allocate without asking the manager (CUDA; see `Ticket::reserve`): `bytes` tells how many,
-    /// None where it cannot (they are then counted unreserved as they appear).
-    pub(crate) fn reserve(&mut self, bytes: impl FnOnce() -> Option<u64>) -> Result<()> {
+    /// allocate without asking the manager (CUDA; see `Ticket::reserve`): `bytes(op)` tells how
+    /// many for the op named `op`, None where it cannot (they are then counted unreserved as they
+    /// appear).
+    pub(crate) fn reserve(&mut self, bytes: impl FnOnce(&'static str) -> Option<u64>) -> Result<()> {
         match self.managed.as_deref_mut() {
-            Some(m) if m.ticket.reserves() => m.ticket.reserve(bytes().unwrap_or(0)),
+            Some(m) if m.ticket.reserves() => m.ticket.reserve(bytes(m.ticket.op()).unwrap_or(0)),
             _ => Ok(()),
         }
     }
@@ -303,10 +304,7 @@ impl Op {
         run: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>,
         keep: impl FnOnce() -> Replay,
     ) -> Result<TensorId> {
-        if let Some(m) = &self.managed {
-            let op = m.ticket.op();
-            self.reserve(|| meta_output_bytes(op, values, inputs, &run))?;
-        }
+        self.reserve(|op| meta_output_bytes(op, values, inputs, &run))?;
         self.output_with_recipe(inputs, run, keep)
     }
 
@@ -336,10 +334,10 @@ impl Op {
     /// (its bytes found over meta copies of them, ops::output_bytes), before the op runs its
     /// body through `output`.
     pub(crate) fn reserve_list(&mut self, tensors: &[&tch::Tensor], values: &[&dyn Words], run: impl FnOnce(&[&tch::Tensor]) -> Result<tch::Tensor>) -> Result<()> {
-        let Some(m) = &self.managed else { return Ok(()) };
-        let op = m.ticket.op();
-        let inputs: SmallVec<[Option<&tch::Tensor>; 8]> = tensors.iter().map(|&t| Some(t)).collect();
-        self.reserve(|| meta_output_bytes(op, values, &inputs, |metas| run(&metas.iter().flatten().copied().collect::<Vec<_>>())))
+        self.reserve(|op| {
+            let inputs: SmallVec<[Option<&tch::Tensor>; 8]> = tensors.iter().map(|&t| Some(t)).collect();
+            meta_output_bytes(op, values, &inputs, |metas| run(&metas.iter().flatten().copied().collect::<Vec<_>>()))
+        })
     }
 
     /// Like `output_replayable`, for a random op: `draw(keep)` returns its result and, with `keep`

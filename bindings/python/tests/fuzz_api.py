@@ -447,14 +447,14 @@ INPLACE = {
 
 # ------------------------------------------------------------------ the fuzzer
 class Fuzzer:
-    def __init__(self, seed: int, policies=POLICIES, check_p=None, verbose=False, avoid=()):
+    def __init__(self, seed: int, policies=POLICIES, check_p=None, verbose=False, avoid=(), cuda_allocator=False):
         self.seed = seed
         self.avoid = set(avoid)
         self.rng = random.Random(seed)
         self.policies = tuple(policies)
         self.check_p = check_p if check_p is not None else self.rng.choice((1.0, 1.0, 0.5, 0.25))
         self.verbose = verbose
-        self.cuda_allocator = False     # the simulated device's kernels allocate as CUDA's (run_seed)
+        self.cuda_allocator = cuda_allocator  # the simulated device's kernels allocate as CUDA's
         self.h: dict[str, H] = {}
         self.dead: list[tuple[str, tr.Tensor]] = []
         self.scopes: list = []          # open scopes, outermost first: [name, Scope]
@@ -1667,8 +1667,7 @@ def run_seed(seed: int, steps: int, policies=POLICIES, verbose=False, quiet=Fals
     """Runs one seed for `steps` steps (or the given `actions`, skipping those whose handles are
     gone), with the simulated device's kernels allocating as CUDA's where `cuda_allocator`.
     Returns (fuzzer, failure or None, the actions executed)."""
-    fz = Fuzzer(seed, policies, check_p=check_p, verbose=verbose, avoid=avoid)
-    fz.cuda_allocator = cuda_allocator
+    fz = Fuzzer(seed, policies, check_p=check_p, verbose=verbose, avoid=avoid, cuda_allocator=cuda_allocator)
     tr.residency.simulate_cuda_allocator(cuda_allocator)
     wd = watchdog()
     done = []

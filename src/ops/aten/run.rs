@@ -122,7 +122,7 @@ fn run<R>(
         let mut o = Op::begin(op.name);
         let mut bound = Bound::default();
         bound.bind(&mut o, args)?;
-        o.reserve(|| super::output_bytes(op.overload, &bound.args))?;
+        o.reserve(|_| super::output_bytes(op.overload, &bound.args))?;
         managed(o, &bound)
     })
 }
