@@ -242,13 +242,19 @@ Inputs push_arguments(Attempt &a, const c10::FunctionSchema &schema, const std::
 // (an out= argument it resized to more) grows to that memory, placed as a new home; and each
 // argument takes the geometry the kernel gave it. Ends the op. New storages keep recipes from
 // `replay` (over `sources`, the op's inputs) when every output is one.
+//
+// An output the kernel made on another device than the one it computed on stays as it is, as the
+// op on that device returns it: CUDA's efficient attention returns its random seed and offset as
+// CPU tensors, which its backward reads on the host.
 void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const Inputs &inputs,
                    std::unique_ptr<Replay> replay, const std::vector<at::Tensor> &sources) {
+    const c10::Device computed = inputs.empty() ? c10::Device(c10::kCPU) : inputs.front().view.device(); // see push_arguments
+    const auto placed_here = [&](const at::Tensor &t) { return t.defined() && !ours(t) && t.device() == computed; };
     c10::SmallVector<at::Tensor, 4> fresh;
     bool all_fresh = true;
     for (size_t i = first; i < stack->size(); ++i) {
         each_tensor((*stack)[i], [&](const at::Tensor &t) {
-            if (!t.defined() || ours(t)) {
+            if (!placed_here(t)) {
                 all_fresh = all_fresh && !t.defined();
                 return t;
             }
@@ -280,7 +286,7 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const Inp
     }
     size_t next = 0;
     for (size_t i = first; i < stack->size(); ++i) {
-        each_tensor((*stack)[i], [&](const at::Tensor &t) { return t.defined() && !ours(t) ? placed[next++] : t; });
+        each_tensor((*stack)[i], [&](const at::Tensor &t) { return placed_here(t) ? placed[next++] : t; });
     }
     for (const Input *in : moved) {
         grow(in->tensor.storage(), placed[next++].storage());

@@ -258,6 +258,29 @@ def test_an_op_with_several_outputs_is_one_op():
         assert torch.equal(values.cpu(), want.values) and torch.equal(indices.cpu(), want.indices)
 
 
+@pytest.fixture
+def op_with_an_output_elsewhere():
+    """`tensorref_test::elsewhere(x) -> (x + 1, a 0-dim long on meta)`: a kernel that returns one of
+    its outputs on another device than the one it computed on, as CUDA's efficient attention
+    returns its random seed and offset on the CPU."""
+    lib = torch.library.Library("tensorref_test", "DEF")
+    lib.define("elsewhere(Tensor x) -> (Tensor, Tensor)")
+    lib.impl("elsewhere", lambda x: (x + 1, torch.zeros((), dtype=torch.long, device="meta")), "CPU")
+    yield torch.ops.tensorref_test.elsewhere
+    lib._destroy()
+
+
+@pytest.mark.parametrize("policy", ["flow", "genoa"])
+def test_an_output_a_kernel_makes_on_another_device_stays_there(op_with_an_output_elsewhere, policy):
+    x = torch.arange(6.0)
+    with residency.session(policy=policy, budget_bytes=1 << 16):
+        here, there = op_with_an_output_elsewhere(x.to("tensorref"))
+        assert here.is_tensorref and torch.equal(here.cpu(), x + 1)
+        assert there.device.type == "meta" and there.dtype == torch.long and there.dim() == 0
+        del here, there
+    # the session ended without writing home a storage it could not read
+
+
 def test_a_device_tensor_and_its_handle_are_one_storage():
     x = torch.arange(12.0).reshape(3, 4)
     with residency.session(policy="flow", budget_bytes=1 << 20):
