@@ -4,12 +4,14 @@
 // while the outputs appear.
 //
 // The op's meta kernel computes its outputs' sizes, strides and dtypes over meta tensors with the
-// inputs' geometry, allocating nothing and drawing no random numbers. An output over one of the
-// inputs' storages (in-place, out=, a view) is no new memory, unless the kernel resizes an out=
-// argument to more than its storage holds: that storage's new size is. An op whose outputs' sizes
-// depend on its data (`nonzero`), or that has no meta kernel and is not pointwise (`ask_pointwise`
-// answers for those), cannot tell: it reserves nothing, and the manager counts its outputs as
-// unreserved (ResidencyStats::output_bytes_unreserved).
+// inputs' geometry, allocating nothing and drawing no random numbers; for ops that libtorch's C++
+// has no meta kernel for (attention, embedding's backward ...) a rule of ours says the same
+// (outputs_by_rule.cpp). An output over one of the inputs' storages (in-place, out=, a view) is
+// no new memory, unless the kernel resizes an out= argument to more than its storage holds: that
+// storage's new size is. An op whose outputs' sizes depend on its data (`nonzero`), or that has
+// neither a meta kernel nor a rule and is not pointwise (`ask_pointwise` answers for those),
+// cannot tell: it reserves nothing, and the manager counts its outputs as unreserved
+// (ResidencyStats::output_bytes_unreserved).
 //
 // The answer depends on the op and its arguments' dtypes, sizes and strides, never on tensors'
 // values, and a model asks for the same ops over the same shapes at every iteration: each answer
@@ -19,6 +21,7 @@
 #include "outputs.h"
 
 #include "ivalue_tensors.h"
+#include "outputs_by_rule.h"
 
 #include <ATen/ExpandUtils.h>
 
@@ -212,7 +215,10 @@ std::optional<uint64_t> output_bytes(const c10::OperatorHandle &op, const torch:
             return found->second;
         }
     }
-    std::optional<uint64_t> bytes = ask_meta(op, stack, first);
+    std::optional<uint64_t> bytes = output_bytes_by_rule(op, stack, first);
+    if (!bytes) {
+        bytes = ask_meta(op, stack, first);
+    }
     if (!bytes) {
         bytes = ask_pointwise(op, stack, first);
     }
