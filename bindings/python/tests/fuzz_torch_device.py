@@ -937,12 +937,13 @@ def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=Non
 
 
 # ---------------------------------------------------------------------------- shrinking
-def _replay_isolated(actions, policies) -> str | None:
+def _replay_isolated(actions, policies, cuda_allocator) -> str | None:
     """The failure category of `actions` replayed in a child process ("crash: rc" when it dies)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([dataclasses.asdict(a) for a in actions], f)
+    as_cuda = ["--cuda-allocator"] if cuda_allocator else []
     try:
-        p = subprocess.run([sys.executable, __file__, "--replay", f.name, "--policy", ",".join(policies)],
+        p = subprocess.run([sys.executable, __file__, "--replay", f.name, "--policy", ",".join(policies), *as_cuda],
                            capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         return "hang"
@@ -954,7 +955,7 @@ def _replay_isolated(actions, policies) -> str | None:
     return last[0][len("CATEGORY "):] if last[0].startswith("CATEGORY ") else None
 
 
-def script(actions) -> str:
+def script(actions, cuda_allocator=False) -> str:
     """A standalone reproducer: the lines on the device, then on the CPU, then the differences."""
     body = "\n".join("    try:\n" + "".join(f"        {ln}\n" for ln in a.code.split("\n")) +
                      f"    except Exception as e:\n        print({a.code.splitlines()[0]!r}, 'raised', type(e).__name__, e)"
@@ -966,6 +967,7 @@ import torch
 import torch.nn.functional as F
 from tensorref import residency, torch_device
 torch_device.register()
+residency.simulate_cuda_allocator({cuda_allocator})
 {PRELUDE}
 
 class NoManager:
@@ -993,8 +995,8 @@ for k, c in cpu.items():
 '''
 
 
-def shrink(seed, steps, policies=POLICIES, isolate=False, budget_s=600):
-    fz, failure, actions = run_seed(seed, steps, policies)
+def shrink(seed, steps, policies=POLICIES, isolate=False, cuda_allocator=False, budget_s=600):
+    fz, failure, actions = run_seed(seed, steps, policies, cuda_allocator=cuda_allocator)
     if failure is None:
         print(f"seed {seed}: no failure in {steps} steps")
         return None
@@ -1004,8 +1006,8 @@ def shrink(seed, steps, policies=POLICIES, isolate=False, budget_s=600):
 
     def fails(cand):
         if isolate:
-            return _replay_isolated(cand, policies) == cat
-        f = run_seed(seed, 0, policies, actions=[dataclasses.replace(a) for a in cand])[1]
+            return _replay_isolated(cand, policies, cuda_allocator) == cat
+        f = run_seed(seed, 0, policies, actions=[dataclasses.replace(a) for a in cand], cuda_allocator=cuda_allocator)[1]
         return f is not None and f.category == cat
 
     acts, n, t0 = actions, 2, time.monotonic()
@@ -1020,11 +1022,11 @@ def shrink(seed, steps, policies=POLICIES, isolate=False, budget_s=600):
             if chunk == 1:
                 break
             n = min(len(acts), n * 2)
-    fz, f, _ = run_seed(seed, 0, policies, actions=acts)
+    fz, f, _ = run_seed(seed, 0, policies, actions=acts, cuda_allocator=cuda_allocator)
     print(f"seed {seed}: {cat} minimised to {len(acts)} lines:")
     print("\n".join("    " + a.code.replace("\n", "\n    ") for a in acts))
     print(f"  -> {f}")
-    print("\n# ---- reproducer\n" + script(acts))
+    print("\n# ---- reproducer\n" + script(acts, cuda_allocator))
     return acts
 
 
@@ -1036,7 +1038,7 @@ def main(argv=None):
     ap.add_argument("--policy", default=",".join(POLICIES), help="managers to configure, comma-separated "
                     "(flow, genoa, resident; none: no manager)")
     ap.add_argument("--check-p", type=float, default=None, help="probability of checking every tensor after a step")
-    ap.add_argument("--cuda-allocator", action="store_true", help="kernels allocate as CUDA's do (see the module; not with --shrink)")
+    ap.add_argument("--cuda-allocator", action="store_true", help="kernels allocate as CUDA's do (see the module)")
     ap.add_argument("--shrink", action="store_true", help="minimise the failure of --seed")
     ap.add_argument("--isolate", action="store_true", help="with --shrink: replay each candidate in a child process")
     ap.add_argument("--replay", help=argparse.SUPPRESS)
@@ -1046,11 +1048,11 @@ def main(argv=None):
     if args.replay:
         with open(args.replay) as f:
             acts = [Action(**a) for a in json.load(f)]
-        f = run_seed(0, 0, policies, actions=acts)[1]
+        f = run_seed(0, 0, policies, actions=acts, cuda_allocator=args.cuda_allocator)[1]
         print(f"CATEGORY {f.category}" if f else "OK", flush=True)
         return 0
     if args.shrink:
-        return 0 if shrink(args.seed, args.steps, policies, args.isolate) is None else 1
+        return 0 if shrink(args.seed, args.steps, policies, args.isolate, args.cuda_allocator) is None else 1
     lo, hi = map(int, args.seeds.split("-")) if args.seeds else (args.seed, args.seed)
     bad = 0
     for seed in range(lo, hi + 1):

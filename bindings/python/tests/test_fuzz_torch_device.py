@@ -8,7 +8,7 @@ every step: same exceptions, same dtype, shape, strides, storage offset and valu
 the same storage sharing (views stay views), and the budget held by stats() and device_memory().
 A failure prints the seed, the step and the last lines;
 ``python fuzz_torch_device.py --seed S --steps N [--policy P] --shrink`` replays and minimises it
-(``--cuda-allocator`` in place of ``--shrink`` replays a seed with the kernels allocating as CUDA's).
+(with ``--cuda-allocator``, a failure of a seed whose kernels allocate as CUDA's).
 
 Each test runs one seed in-process (about 0.4 s per 300 steps on a free core).
 """
