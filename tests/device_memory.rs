@@ -99,14 +99,17 @@ fn an_ops_scratch_needs_room_too() -> Result<()> {
 
 /// The chain's ops and ops over lists and views, all with kernels of their own or the schema's:
 /// `matmul` (the schema's runner), `relu` (the same, with no meta kernel in libtorch's C++: a
-/// pointwise op's answer), `add`, `softmax`, `gelu`, `transpose` and `cat` (bodies of their own,
-/// run over meta copies of the inputs).
+/// pointwise op's answer), `index_select`, `floor_divide` and `var` (the same, sized by rules of
+/// ours: src/residency/core/outputs_by_rule.cpp), `add`, `softmax`, `gelu`, `transpose` and `cat`
+/// (bodies of their own, run over meta copies of the inputs).
 fn table_chain() -> Result<Vec<f32>> {
     let (ts, mut x) = operands()?;
+    let reversed = Tensor::from_slice(&(0..N).rev().collect::<Vec<i64>>(), &[N])?;
     for i in 0..16 {
         let (a, b) = (&ts[i % 8], &ts[(i * 3 + 1) % 8]);
         let y = x.matmul(&a.transpose(0, 1)?)?.relu()?.add(b)?.gelu()?;
-        x = Tensor::cat(&[&y, &x.softmax(1)?], 0)?.narrow(0, 0, N)?;
+        let spread = y.index_select(0, &reversed)?.floor_divide(b)?.var_correction(Some(&[1]), None, true)?;
+        x = Tensor::cat(&[&y.add(&spread)?, &x.softmax(1)?], 0)?.narrow(0, 0, N)?;
     }
     x.to_vec::<f32>()
 }
