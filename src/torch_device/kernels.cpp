@@ -299,28 +299,68 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const Inp
     }
 }
 
-// Every op without a kernel of its own: acquired inputs, room for the outputs where the compute
-// device's kernels allocate without asking (residency/core/outputs.cpp), the compute device's
-// kernel, placed outputs (with recipes, where the manager recomputes and the op can be run
-// again), as one op under the manager (run again from its arguments when it must wait for room).
-void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+// An op's arguments made those of the op its compute device runs in its place (`run_as`), on the
+// stack from `first` on.
+using Adapt = void (*)(torch::jit::Stack &stack, size_t first);
+
+// Runs `op` as one op under the manager, its kernel the compute device's kernel of `kernel`: `op`
+// itself (the fallback's), or the op that computes it there, over its arguments made that op's
+// by `adapt`. Acquired inputs, room for the outputs where the compute device's kernels allocate
+// without asking (residency/core/outputs.cpp), the kernel, placed outputs (with recipes, where the
+// manager recomputes and the op can be run again); run again from its arguments when it must
+// wait for room.
+void run_as(const c10::OperatorHandle &op, const c10::OperatorHandle &kernel, Adapt adapt, torch::jit::Stack *stack) {
     const auto &schema = op.schema();
     const std::vector<c10::IValue> args = pop_arguments(stack, schema.arguments().size());
     const size_t first = stack->size();
-    run(schema.name().c_str(), [&](Attempt &a) {
+    run(kernel.schema().name().c_str(), [&](Attempt &a) {
         stack->resize(first);
         Inputs inputs = push_arguments(a, schema, args, stack);
+        if (adapt != nullptr) {
+            adapt(*stack, first);
+        }
         if (a.reserves()) {
-            a.reserve(tr_native::output_bytes(op, *stack, first).value_or(0));
+            a.reserve(tr_native::output_bytes(kernel, *stack, first).value_or(0));
         }
         std::vector<at::Tensor> sources;
-        std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(op, args, *stack, first, sources) : nullptr;
-        a.kernel([&] { op.callBoxed(stack); });
+        std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(kernel, args, *stack, first, sources) : nullptr;
+        a.kernel([&] { kernel.callBoxed(stack); });
         place_outputs(a, stack, first, inputs, std::move(replay), sources);
         for (Input &in : inputs) {
             tr_native::give_back(std::move(in.view));
         }
     });
+}
+
+// Every op without a kernel of its own: the compute device's kernel of the op, under the manager.
+void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) { run_as(op, op, nullptr, stack); }
+
+// Convolution: libtorch's `_convolution` chooses its backend by the input's device, and on any
+// device but its own calls the device's `convolution_overrideable` (autograd: its backward). The
+// device runs the compute device's `convolution` and `convolution_backward` for them, which
+// choose as they do there (cuDNN on CUDA; on the simulated device the host's choice, bit for bit
+// the CPU's).
+c10::OperatorHandle aten_op(const char *name) {
+    return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+void convolution(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    static const c10::OperatorHandle kernel = aten_op("aten::convolution");
+    run_as(op, kernel, nullptr, stack);
+}
+
+// convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
+// transposed, output_padding, groups, output_mask) as convolution_backward takes it: the sizes of
+// the bias (one per output channel) after the weight.
+void with_bias_sizes(torch::jit::Stack &stack, size_t first) {
+    const at::Tensor &weight = stack[first + 2].toTensor();
+    const int64_t channels = stack[first + 6].toBool() ? weight.size(1) * stack[first + 8].toInt() : weight.size(0);
+    stack.insert(stack.begin() + static_cast<std::ptrdiff_t>(first) + 3, c10::IValue(std::vector<int64_t>{channels}));
+}
+
+void convolution_backward(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    static const c10::OperatorHandle kernel = aten_op("aten::convolution_backward");
+    run_as(op, kernel, &with_bias_sizes, stack);
 }
 
 // Elements `from` to `to` of a list argument, as a list (a tensor list, or a list of scalars:
@@ -445,6 +485,8 @@ void register_kernels() {
     aten->impl("set_", TORCH_FN(set_empty));
     aten->impl("_has_compatible_shallow_copy_type", TORCH_FN(shallow_copy_compatible));
     aten->impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc>());
+    aten->impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution>());
+    aten->impl("convolution_backward_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_backward>());
     auto &dispatcher = c10::Dispatcher::singleton();
     const std::pair<const char *, const char *> fused[] = {{"_fused_adam_", ""},    {"_fused_adam_", "tensor_lr"},
                                                            {"_fused_adamw_", ""},   {"_fused_adamw_", "tensor_lr"},

@@ -64,6 +64,13 @@ CASES = {
     "embedding_dense_backward": lambda: (aten.embedding_dense_backward.default,
                                          (torch.randn(2, 3, 8), torch.tensor([[1, 2, 9], [0, 2, 2]]), 10, -1, False)),
     "native_layer_norm_backward": _layer_norm_backward,
+    "convolution": lambda: (aten.convolution.default, (torch.randn(2, 4, 9, 9), torch.randn(6, 2, 3, 3), torch.randn(6),
+                                                       [2, 2], [1, 1], [1, 1], False, [0, 0], 2)),
+    "convolution transposed": lambda: (aten.convolution.default, (torch.randn(2, 4, 5), torch.randn(4, 3, 2), None,
+                                                                  [2], [0], [1], True, [1], 1)),
+    "convolution_backward": lambda: (aten.convolution_backward.default,
+                                     (torch.randn(2, 6, 5, 5), torch.randn(2, 4, 9, 9), torch.randn(6, 2, 3, 3), [6],
+                                      [2, 2], [1, 1], [1, 1], False, [0, 0], 2, [True, True, True])),
     "_scaled_dot_product_flash_attention_for_cpu": lambda: (aten._scaled_dot_product_flash_attention_for_cpu.default, _attention()),
     "_scaled_dot_product_flash_attention_for_cpu_backward": _flash_for_cpu_backward,
     # CUDA's, through the stand-ins.

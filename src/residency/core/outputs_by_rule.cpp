@@ -2,9 +2,10 @@
 // the meta kernel of any other op). PyTorch writes theirs in Python (torch/_meta_registrations.py,
 // torch/_decomp): a C, C++, C# or Rust program has none to ask, and in a Python process each costs
 // about 100 us a new signature. Among them are the ops of attention (CUDA's flash, efficient and
-// cuDNN kernels, the CPU's flash kernel) and of training (the backward of embedding and of
-// layer_norm, dropout): a rule here says what PyTorch's meta kernel says, from the arguments'
-// sizes and dtypes, and answers first, so that every process reserves the same. A kernel that
+// cuDNN kernels, the CPU's flash kernel), convolution, and the ops of training (the backward of
+// embedding, layer_norm and convolution, dropout): a rule here says what PyTorch's meta kernel
+// says, from the arguments' sizes and dtypes, and answers first, so that every process reserves
+// the same. A kernel that
 // allocates more than its meta kernel says (flash attention pads a head size that is not a
 // multiple of 8 on CUDA) has the rest counted unreserved.
 #include "outputs_by_rule.h"
@@ -110,6 +111,33 @@ uint64_t flash_for_cpu(Args a) {
 // a gradient like each of query, key and value.
 uint64_t attention_backward(Args a) { return like(tensor(a, 1)) + like(tensor(a, 2)) + like(tensor(a, 3)); }
 
+// convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+// input [N, C, spatial...], weight [C_out, C / groups, kernel...] (transposed: [C, C_out / groups,
+// kernel...]); a list of one value holds for every spatial dim.
+uint64_t convolution(Args a) {
+    const at::Tensor &input = tensor(a, 0), &weight = tensor(a, 1);
+    const bool transposed = a[6].toBool();
+    const auto nth = [&](size_t arg, int64_t d) {
+        const auto list = a[arg].toIntList();
+        return list.get(list.size() == 1 ? 0 : d);
+    };
+    int64_t elements = input.size(0) * (transposed ? weight.size(1) * a[8].toInt() : weight.size(0));
+    for (int64_t d = 0; d + 2 < input.dim(); ++d) {
+        const int64_t in = input.size(d + 2), k = weight.size(d + 2), stride = nth(3, d), pad = nth(4, d), dil = nth(5, d);
+        elements *= transposed ? (in - 1) * stride - 2 * pad + dil * (k - 1) + nth(7, d) + 1
+                               : (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+    }
+    return bytes(elements, input.scalar_type());
+}
+
+// convolution_backward(grad_output, input, weight, bias_sizes, ..., output_mask)
+uint64_t convolution_backward(Args a) {
+    const auto mask = a[10].toBoolList();
+    const bool bias = mask.get(2) && !a[3].isNone();
+    return (mask.get(0) ? like(tensor(a, 1)) : 0) + (mask.get(1) ? like(tensor(a, 2)) : 0) +
+           (bias ? bytes(c10::multiply_integers(a[3].toIntList().vec()), tensor(a, 0).scalar_type()) : 0);
+}
+
 // embedding_dense_backward(grad_output, indices, num_weights, ...): the weight's gradient.
 uint64_t embedding_backward(Args a) {
     const at::Tensor &grad = tensor(a, 0);
@@ -172,6 +200,8 @@ const std::unordered_map<std::string, Rule> &rules() {
         {"aten::_scaled_dot_product_cudnn_attention_backward", attention_backward},
         {"aten::_scaled_dot_product_flash_attention_for_cpu", flash_for_cpu},
         {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", attention_backward},
+        {"aten::convolution", convolution},
+        {"aten::convolution_backward", convolution_backward},
         {"aten::embedding_dense_backward", embedding_backward},
         {"aten::native_dropout", dropout},
         {"aten::native_layer_norm_backward", layer_norm_backward},
