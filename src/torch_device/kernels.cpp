@@ -505,10 +505,12 @@ void register_kernels() {
         }
     }
     // A composite kernel ranks above a fallback: an op the host computes with a kernel of its own
-    // that also has a CompositeExplicitAutograd one (native_layer_norm's `math_` version) would
-    // run that instead, with other rounding. Such ops take the fallback as their kernel here, so
-    // every op runs the compute device's own kernel (bit for bit the host's on the simulated
-    // device). Autograd is unchanged: their derivatives are registered apart.
+    // that also has a composite one (native_layer_norm's `math_` version; silu_backward's and
+    // mish_backward's, implicit) would run that instead, with other rounding. Such ops take the
+    // fallback as their kernel here, so every op runs the compute device's own kernel (bit for bit
+    // the host's on the simulated device) and dispatches as it does on the host. Autograd is
+    // unchanged: their derivatives are registered apart, and an implicit composite stands in for
+    // none on a device with a kernel of its own, the host included.
     for (const c10::OperatorName &name : dispatcher.getAllOpNames()) {
         auto op = dispatcher.findOp(name);
         if (!op || name.name.rfind("aten::", 0) != 0 || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
@@ -516,7 +518,8 @@ void register_kernels() {
             continue;
         }
         if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
             std::string schema = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
             aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
         }
