@@ -4,7 +4,8 @@ a Llama-shaped fp16 decoder through a quarter of its weights beside its peers.
 Checks (each against the same model run by plain PyTorch on CUDA, which runs the same kernels,
 so outputs must be equal bit for bit; the training reference in a process of its own, since a
 process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's inference under Flow at a quarter of its weights,
-its training with AdamW under Flow, a small Llama's forward pass and greedy generation. Then the
+its training with AdamW under Flow, a small Llama's forward pass and greedy generation, a CNN's
+forward pass (cuDNN), attention with dropout (CUDA's efficient kernel) and its backward. Then the
 benchmark: a decoder of --layers Llama layers of width --width in fp16, a prefill of --prompt
 tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
@@ -122,6 +123,42 @@ def checks() -> None:
           f"max |diff| {(logits - ref_logits).abs().max().item():.3g}")
     check("small Llama greedy generation (16 tokens)", torch.equal(tokens, ref_tokens))
     check("  room for every output made before its kernel", unreserved == 0, f"unreserved {unreserved}")
+
+    # Convolution: libtorch asks the device for convolution_overrideable, which runs CUDA's own
+    # (cuDNN's) convolution over the device copies.
+    torch.backends.cudnn.deterministic = True
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+                              torch.nn.Conv2d(32, 64, 3, stride=2, groups=2), torch.nn.ReLU(),
+                              torch.nn.ConvTranspose2d(64, 16, 2, stride=2), torch.nn.AdaptiveAvgPool2d(1)).eval()
+    images = torch.randn(8, 3, 64, 64)
+    with torch.no_grad():
+        ref = copy.deepcopy(cnn).cuda()(images.cuda()).cpu()
+    with residency.session(policy="flow", device="cuda", budget_bytes=4 << 20):
+        on = copy.deepcopy(cnn).to("tensorref")
+        with torch.no_grad():
+            out = on(images.to("tensorref")).cpu()
+        s = residency.stats()
+    check("CNN forward pass (cuDNN), Flow at 4 MiB", torch.equal(out, ref),
+          f"max |diff| {(out - ref).abs().max().item():.3g}; evictions {s.evictions}")
+    check("  room for every output made before its kernel", s.output_bytes_unreserved == 0,
+          f"unreserved {s.output_bytes_unreserved}")
+
+    # Attention with dropout in f32 takes CUDA's efficient kernel, which returns its dropout seed and
+    # offset as CPU tensors; its backward reads them there.
+    q, k, v = (torch.randn(2, 4, 128, 64) for _ in range(3))
+    torch.manual_seed(5)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.cuda(), k.cuda(), v.cuda(), dropout_p=0.3).cpu()
+    with residency.session(policy="flow", device="cuda", budget_bytes=64 << 20):
+        qd, kd, vd = (t.to("tensorref").requires_grad_() for t in (q, k, v))
+        torch.manual_seed(5)
+        out = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, dropout_p=0.3)
+        got = out.detach().cpu()
+        out.sum().backward()
+        grads_finite = all(bool(t.grad.isfinite().all().item()) for t in (qd, kd, vd))
+    check("attention with dropout (CUDA's efficient kernel)", torch.equal(got, ref),
+          f"max |diff| {(got - ref).abs().max().item():.3g}")
+    check("  its backward, reading the seed it returned", grads_finite)
 
 
 def timed(fn) -> tuple[float, object]:
