@@ -73,37 +73,53 @@ def test_inference_equals_the_cpu_under_a_budget(policy, fraction):
     assert s.peak_device_bytes <= budget and peak <= budget
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "adamw-foreach", "adamw-fused"])
+def _trained(model, batches, device, optimizer):
+    """A copy of `model` on `device` trained on `batches` for cross-entropy by `optimizer` (of its
+    parameters): the losses, and the parameters at the end on the CPU."""
+    m = copy.deepcopy(model).to(device)
+    opt = optimizer(m.parameters())
+    losses = []
+    for x, target in batches:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(m(x.to(device)), target.to(device))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in m.parameters()]
+
+
+def _trains_as_on_the_cpu(model, batches, optimizer, budget, **session):
+    """`model` trained on the device under a manager at `budget` (`session`: its policy ...):
+    its losses and parameters equal the CPU's bit for bit, the budget moved data and held."""
+    ref_losses, ref_params = _trained(model, batches, "cpu", optimizer)
+    with residency.session(budget_bytes=budget, **session):
+        losses, params = _trained(model, batches, "tensorref", optimizer)
+        s, peak = residency.stats(), residency.device_memory().peak
+    assert losses == ref_losses
+    assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
+    assert s.evictions > 0 and s.peak_device_bytes <= budget and peak <= budget
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+OPTIMIZERS = {
+    "sgd": _sgd,
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2, foreach=False),
+    "adamw-foreach": lambda params: torch.optim.AdamW(params, lr=1e-2, foreach=True),
+    "adamw-fused": lambda params: torch.optim.AdamW(params, lr=1e-2, fused=True),
+}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
 def test_training_equals_the_cpu_under_a_budget(optimizer):
     model = _model()
     torch.manual_seed(1)
     batches = [(torch.randn(8, 32), torch.randint(0, 8, (8,))) for _ in range(4)]
-
-    def train(device):
-        m = copy.deepcopy(model).to(device)
-        opt = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) if optimizer == "sgd" else
-               torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=optimizer == "adamw-foreach",
-                                 fused=optimizer == "adamw-fused" or None))
-        losses = []
-        for x, target in batches:
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(m(x.to(device)), target.to(device))
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return losses, [p.detach().cpu() for p in m.parameters()]
-
-    ref_losses, ref_params = train("cpu")
     # Weights, gradients and AdamW's two moments do not fit at once: a fused step runs once per
     # parameter on the device.
-    budget = 3 * _weights(model)
-    with residency.session(policy="flow", budget_bytes=budget):
-        losses, params = train("tensorref")
-        s = residency.stats()
-        peak = residency.device_memory().peak
-    assert losses == ref_losses
-    assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
-    assert s.evictions > 0 and s.peak_device_bytes <= budget and peak <= budget
+    _trains_as_on_the_cpu(model, batches, OPTIMIZERS[optimizer], 3 * _weights(model), policy="flow")
 
 
 def _convnet():
@@ -125,28 +141,8 @@ def test_a_convolutional_network_trains_as_on_the_cpu(policy, recompute):
     model = _convnet()
     torch.manual_seed(1)
     batches = [(torch.randn(16, 3, 8, 8), torch.randint(0, 3, (16,))) for _ in range(3)]
-
-    def train(device):
-        m = copy.deepcopy(model).to(device)
-        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-        losses = []
-        for x, target in batches:
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(m(x.to(device)), target.to(device))
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return losses, [p.detach().cpu() for p in m.parameters()]
-
-    ref_losses, ref_params = train("cpu")
-    budget = 150 * 1024  # the largest op needs 141 KiB at once (recomputed inputs and scratch included)
-    with residency.session(policy=policy, budget_bytes=budget, recompute=recompute):
-        losses, params = train("tensorref")
-        s = residency.stats()
-        peak = residency.device_memory().peak
-    assert losses == ref_losses
-    assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
-    assert s.evictions > 0 and s.peak_device_bytes <= budget and peak <= budget
+    # The largest op needs 141 KiB at once (recomputed inputs and scratch included).
+    _trains_as_on_the_cpu(model, batches, _sgd, 150 * 1024, policy=policy, recompute=recompute)
 
 
 def test_a_foreach_optimizer_step_is_a_few_ops_unless_the_budget_is_small():
