@@ -6,6 +6,7 @@ line for line, on plain CPU tensors (the shadow), checked bit for bit after ever
     python fuzz_torch_device.py --seed 3 --steps 300 --shrink     # minimise a failure
     python fuzz_torch_device.py --policy flow,genoa,none ...      # managers to configure
     python fuzz_torch_device.py --seed 3 --shrink --isolate       # each replay in a child (crashes)
+    python fuzz_torch_device.py --seeds 1-200 --convolutions      # convolutions among the actions
 
 Each step is one *action*: a line (or a few) of Python over named tensors (t1, t2, ...), run once
 with DEV = "tensorref" over the device tensors and once with DEV = "cpu" over their shadows. The
@@ -160,8 +161,11 @@ def _storage_key(t: torch.Tensor):
 
 
 class Fuzzer:
-    def __init__(self, seed: int, policies=POLICIES, check_p: float | None = None):
+    def __init__(self, seed: int, policies=POLICIES, check_p: float | None = None, convolutions=False):
         self.seed = seed
+        # Convolutions (forward and backward) join the actions where asked, so that a seed's
+        # program without them is the one it was before they came.
+        self.convolutions = convolutions
         self.rng = random.Random(seed)
         # Recomputation is drawn apart, so that a seed's program is the one it was before it.
         self.recompute_rng = random.Random(f"recompute {seed}")
@@ -284,7 +288,7 @@ class Fuzzer:
             makers = ((self.make, 8), (self.random_op, 3), (self.view, 16), (self.elementwise, 12),
                       (self.reduction, 7), (self.matmul, 4), (self.multi, 7), (self.misc, 9),
                       (self.inplace, 16), (self.out, 6), (self.read, 6), (self.autograd, 3),
-                      (self.manager, 4))
+                      (self.manager, 4)) + (((self.convolution, 5),) if self.convolutions else ())
             a = None
             while a is None:
                 a = r.choices([m for m, _ in makers], [w for _, w in makers])[0]()
@@ -479,6 +483,32 @@ class Fuzzer:
                              f"{t} = torch.addmm({a}.new_ones(1), {a}, {other})"))
         else:
             code = f"{t} = torch.matmul({a}, {other})"
+        return Action(code, [t])
+
+    def convolution(self):
+        """A convolution of a float tensor of 3 or 4 dims (1-d or 2-d), with a fresh weight: strided,
+        padded, grouped, with a bias or not, or transposed; or its gradients."""
+        r = self.rng
+        a = self.pick(lambda s: s.dtype in (torch.float32, torch.float64) and s.dim() in (3, 4) and s.numel())
+        if a is None:
+            return None
+        s, t = self.S(a), self.new()
+        n, c = s.dim() - 2, s.shape[1]
+        groups = r.choice([g for g in (1, 2, 3) if c % g == 0])
+        out = groups * r.randint(1, 3)
+        kernel = tuple(r.randint(1, min(3, size)) for size in s.shape[2:])
+        if r.random() < 0.3:
+            weight = self.fresh((c, out // groups, *kernel), s.dtype)
+            code = f"{t} = F.conv_transpose{n}d({a}, {weight}, stride={r.randint(1, 2)}, groups={groups})"
+        else:
+            weight = self.fresh((out, c // groups, *kernel), s.dtype)
+            bias = self.fresh((out,), s.dtype) if r.random() < 0.5 else None
+            code = f"{t} = F.conv{n}d({a}, {weight}, {bias}, stride={r.randint(1, 2)}, padding={r.randint(0, 1)}, groups={groups})"
+        if r.random() < 0.3:
+            lines = [f"_a = {a}.detach().clone().nan_to_num(0.5, 1.0, -1.0).requires_grad_()",
+                     f"_w = {self.fresh((out, c // groups, *kernel), s.dtype)}.requires_grad_()",
+                     f"_y = F.conv{n}d(_a, _w, groups={groups}).square().sum()", "_y.backward()", "v = (_y.detach(), _a.grad, _w.grad)"]
+            return Action("\n".join(lines), vals=["v"])
         return Action(code, [t])
 
     def multi(self):
@@ -896,11 +926,11 @@ class Fuzzer:
         gc.collect()
 
 
-def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=None, cuda_allocator=False):
+def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=None, cuda_allocator=False, convolutions=False):
     """Runs `steps` generated actions of `seed` (or replays `actions`), with the simulated device's
-    kernels allocating as CUDA's do where `cuda_allocator`. Returns the fuzzer, the failure (or
-    None) and the actions run."""
-    fz = Fuzzer(seed, policies, check_p)
+    kernels allocating as CUDA's do where `cuda_allocator`, convolutions among the actions where
+    `convolutions`. Returns the fuzzer, the failure (or None) and the actions run."""
+    fz = Fuzzer(seed, policies, check_p, convolutions)
     residency.simulate_cuda_allocator(cuda_allocator)
     done: list[Action] = []
     failure = None
@@ -995,8 +1025,8 @@ for k, c in cpu.items():
 '''
 
 
-def shrink(seed, steps, policies=POLICIES, isolate=False, cuda_allocator=False, budget_s=600):
-    fz, failure, actions = run_seed(seed, steps, policies, cuda_allocator=cuda_allocator)
+def shrink(seed, steps, policies=POLICIES, isolate=False, cuda_allocator=False, convolutions=False, budget_s=600):
+    fz, failure, actions = run_seed(seed, steps, policies, cuda_allocator=cuda_allocator, convolutions=convolutions)
     if failure is None:
         print(f"seed {seed}: no failure in {steps} steps")
         return None
@@ -1039,6 +1069,7 @@ def main(argv=None):
                     "(flow, genoa, resident; none: no manager)")
     ap.add_argument("--check-p", type=float, default=None, help="probability of checking every tensor after a step")
     ap.add_argument("--cuda-allocator", action="store_true", help="kernels allocate as CUDA's do (see the module)")
+    ap.add_argument("--convolutions", action="store_true", help="convolutions and their gradients among the actions")
     ap.add_argument("--shrink", action="store_true", help="minimise the failure of --seed")
     ap.add_argument("--isolate", action="store_true", help="with --shrink: replay each candidate in a child process")
     ap.add_argument("--replay", help=argparse.SUPPRESS)
@@ -1052,12 +1083,13 @@ def main(argv=None):
         print(f"CATEGORY {f.category}" if f else "OK", flush=True)
         return 0
     if args.shrink:
-        return 0 if shrink(args.seed, args.steps, policies, args.isolate, args.cuda_allocator) is None else 1
+        return 0 if shrink(args.seed, args.steps, policies, args.isolate, args.cuda_allocator, args.convolutions) is None else 1
     lo, hi = map(int, args.seeds.split("-")) if args.seeds else (args.seed, args.seed)
     bad = 0
     for seed in range(lo, hi + 1):
         t0 = time.monotonic()
-        fz, failure, _ = run_seed(seed, args.steps, policies, check_p=args.check_p, cuda_allocator=args.cuda_allocator)
+        fz, failure, _ = run_seed(seed, args.steps, policies, check_p=args.check_p, cuda_allocator=args.cuda_allocator,
+                                  convolutions=args.convolutions)
         if failure is None:
             print(f"seed {seed}: ok, {args.steps} steps ({fz.skipped} over the budget, {fz.remade} made again) in {time.monotonic() - t0:.1f} s", flush=True)
         else:

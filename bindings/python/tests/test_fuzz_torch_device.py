@@ -8,7 +8,8 @@ every step: same exceptions, same dtype, shape, strides, storage offset and valu
 the same storage sharing (views stay views), and the budget held by stats() and device_memory().
 A failure prints the seed, the step and the last lines;
 ``python fuzz_torch_device.py --seed S --steps N [--policy P] --shrink`` replays and minimises it
-(with ``--cuda-allocator``, a failure of a seed whose kernels allocate as CUDA's).
+(with ``--cuda-allocator``, a failure of a seed whose kernels allocate as CUDA's; with
+``--convolutions``, of one whose actions include convolutions).
 
 Each test runs one seed in-process (about 0.4 s per 300 steps on a free core).
 """
@@ -53,6 +54,20 @@ def test_fuzz_torch_device_with_kernels_allocating_as_on_cuda(seed, steps, polic
     if failure is not None:
         pytest.fail(fz.report(failure), pytrace=False)
     assert fz.step == steps + 1
+
+
+# Convolutions and their gradients among the actions (the device runs the compute device's
+# convolution for libtorch's convolution_overrideable), with kernels asking and as on CUDA's.
+CONVOLUTIONS = [(s, 300, as_on_cuda) for s in (3, 6, 7, 9) for as_on_cuda in (False, True)]
+
+
+@pytest.mark.parametrize("seed,steps,as_on_cuda", CONVOLUTIONS,
+                         ids=[f"{s}-convolutions{'-cuda-allocator' if c else ''}" for s, _, c in CONVOLUTIONS])
+def test_fuzz_torch_device_with_convolutions(seed, steps, as_on_cuda):
+    fz, failure, actions = fuzz.run_seed(seed, steps, fuzz.POLICIES, cuda_allocator=as_on_cuda, convolutions=True)
+    if failure is not None:
+        pytest.fail(fz.report(failure), pytrace=False)
+    assert any("conv" in a.code and "backward" in a.code for a in actions)  # gradients too
 
 
 def test_a_seed_replays_exactly():
