@@ -9,7 +9,7 @@
 
 mod common;
 use std::sync::Mutex;
-use tensorref::residency::{self, Device, Config, Policy};
+use tensorref::residency::{self, Config, Device, DeviceMemory, Policy, ResidencyStats};
 use tensorref::{no_grad, DType, Error, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -35,6 +35,18 @@ fn chain() -> Result<Vec<f32>> {
     x.to_vec::<f32>()
 }
 
+/// `run` under a manager configured by `config`, turned off again after it: what `run` returned,
+/// the device's memory over the run and the manager's stats.
+fn managed<R>(config: Config, run: impl FnOnce() -> Result<R>) -> Result<(Result<R>, DeviceMemory, ResidencyStats)> {
+    residency::configure(config)?;
+    residency::device_memory(true);
+    let result = run();
+    let memory = residency::device_memory(false);
+    let stats = residency::stats().expect("configured");
+    residency::disable()?;
+    Ok((result, memory, stats))
+}
+
 #[test]
 fn the_allocator_never_counts_more_device_bytes_than_the_budget() -> Result<()> {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -47,12 +59,7 @@ fn the_allocator_never_counts_more_device_bytes_than_the_budget() -> Result<()> 
                 continue; // keeps everything: no budget to hold
             }
             let what = format!("{policy:?}, recompute {recompute:?}");
-            residency::configure(Config { recompute, ..Config::new(Device::Simulated, policy, budget) })?;
-            residency::device_memory(true);
-            let run = chain();
-            let memory = residency::device_memory(false);
-            let stats = residency::stats().expect("configured");
-            residency::disable()?;
+            let (run, memory, stats) = managed(Config { recompute, ..Config::new(Device::Simulated, policy, budget) }, chain)?;
             assert_eq!(run?, plain, "{what}: results differ from the same ops without a manager");
             assert!(stats.evictions > 0, "{what}: the budget made it move data");
             assert!(memory.peak >= 3 * TENSOR, "{what}: an op's inputs and result were counted: {memory:?}");
@@ -86,12 +93,8 @@ fn an_ops_scratch_needs_room_too() -> Result<()> {
             other => panic!("cross_entropy at a budget without room for its scratch: {other:?}"),
         }
         let roomy = 2 * logits_bytes + targets_bytes + 1024;
-        residency::configure(Config::new(Device::Simulated, Policy::Flow, roomy))?;
-        residency::device_memory(true);
-        let loss = logits.cross_entropy(&targets)?.to_vec::<f32>()?;
-        let memory = residency::device_memory(false);
-        residency::disable()?;
-        assert_eq!(loss, plain);
+        let (loss, memory, _) = managed(Config::new(Device::Simulated, Policy::Flow, roomy), || logits.cross_entropy(&targets)?.to_vec::<f32>())?;
+        assert_eq!(loss?, plain);
         assert!(memory.peak >= 2 * logits_bytes && memory.peak <= roomy, "the scratch was counted, within the budget: {memory:?}");
         Ok(())
     })
@@ -129,12 +132,7 @@ fn kernels_allocating_as_on_cuda_find_room_for_their_outputs_first() -> Result<(
         }
         let _as_cuda = AsCuda;
         for policy in [Policy::Genoa, Policy::Flow] {
-            residency::configure(Config::new(Device::Simulated, policy, budget))?;
-            residency::device_memory(true);
-            let run = table_chain();
-            let memory = residency::device_memory(false);
-            let stats = residency::stats().expect("configured");
-            residency::disable()?;
+            let (run, memory, stats) = managed(Config::new(Device::Simulated, policy, budget), table_chain)?;
             assert_eq!(run?, plain, "{policy:?}: results differ from the same ops without a manager");
             assert!(stats.evictions > 0, "{policy:?}: the budget made it move data");
             assert_eq!(stats.output_bytes_unreserved, 0, "{policy:?}: every output had room made before its kernel");
