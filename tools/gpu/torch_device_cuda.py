@@ -131,7 +131,7 @@ def checks() -> None:
     cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
                               torch.nn.Conv2d(32, 64, 3, stride=2, groups=2), torch.nn.ReLU(),
                               torch.nn.ConvTranspose2d(64, 16, 2, stride=2), torch.nn.AdaptiveAvgPool2d(1)).eval()
-    images = torch.randn(8, 3, 64, 64)
+    images = torch.randn(8, 3, 32, 32)  # its largest op (batch norm) holds 2 MiB at once
     with torch.no_grad():
         ref = copy.deepcopy(cnn).cuda()(images.cuda()).cpu()
     with residency.session(policy="flow", device="cuda", budget_bytes=4 << 20):

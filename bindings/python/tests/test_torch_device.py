@@ -98,6 +98,7 @@ def _trains_as_on_the_cpu(model, batches, optimizer, budget, **session):
     assert losses == ref_losses
     assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
     assert s.evictions > 0 and s.peak_device_bytes <= budget and peak <= budget
+    assert s.pageable_copies == 0, s  # on a GPU, no copy would come from pageable memory
 
 
 def _sgd(params):
