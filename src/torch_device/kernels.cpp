@@ -458,12 +458,36 @@ void histc(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     stack->back() = stack->back().toTensor().to(dtype);
 }
 
+// A tensor of `device` with the geometry, dtype and `requires_grad` of `t`, and no memory: what
+// a question about a tensor's shape asks of it.
+at::Tensor stand_in(const at::Tensor &t, c10::Device device) {
+    c10::Storage none(c10::Storage::use_byte_size_t(), t.storage().nbytes(), c10::DataPtr(nullptr, device), nullptr, false);
+    const auto key = c10::computeDispatchKey(t.scalar_type(), t.layout(), device);
+    at::Tensor s = at::detail::make_tensor<c10::TensorImpl>(std::move(none), c10::DispatchKeySet(key), t.dtype());
+    s.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    if (t.requires_grad()) {
+        s.set_requires_grad(true);
+    }
+    return s;
+}
+
 // scaled_dot_product_attention asks the device's DispatchStub which kernel to take, and takes the
-// math path on a device without one. This answers with the compute device's own choice (asked
-// through the fallback, over the inputs' copies), so attention runs the kernel it runs there.
+// math path on a device without one. This answers with the compute device's own choice, so that
+// attention runs the kernel it runs there, asked over stand-ins of the inputs on that device:
+// the choice reads their geometry and whether they require grad (the CPU's flash kernel has no
+// gradient for a mask that requires one, so a learned attention bias takes the math path), never
+// their memory (CUDA's checks alignment by storage offset, over the caching allocator's aligned
+// blocks), so nothing is loaded for it.
 int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask,
                    double dropout, bool causal, std::optional<double> scale, bool gqa) {
-    return at::_fused_sdp_choice(q, k, v, mask, dropout, causal, scale, gqa);
+    const int cuda = callbacks->accelerator();
+    const c10::Device device = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
+    const c10::DeviceGuard on(device);
+    std::optional<at::Tensor> mask_there;
+    if (mask.has_value() && mask->defined()) {
+        mask_there = stand_in(*mask, device);
+    }
+    return at::_fused_sdp_choice(stand_in(q, device), stand_in(k, device), stand_in(v, device), mask_there, dropout, causal, scale, gqa);
 }
 
 } // namespace

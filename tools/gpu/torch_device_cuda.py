@@ -3,9 +3,10 @@ a Llama-shaped fp16 decoder through a quarter of its weights beside its peers.
 
 Checks (each against the same model run by plain PyTorch on CUDA, which runs the same kernels,
 so outputs must be equal bit for bit; the training reference in a process of its own, since a
-process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's inference under Flow at a quarter of its weights,
-its training with AdamW under Flow, a small Llama's forward pass and greedy generation, a CNN's
-forward pass (cuDNN), attention with dropout (CUDA's efficient kernel) and its backward. Then the
+process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's inference under
+Flow at a quarter of its weights, its training with AdamW under Flow, a small Llama's forward
+pass and greedy generation, a CNN's forward pass (cuDNN), attention with dropout (CUDA's
+efficient kernel) and over a learned bias, with their backward. Then the
 benchmark: a decoder of --layers Llama layers of width --width in fp16, a prefill of --prompt
 tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
@@ -159,6 +160,20 @@ def checks() -> None:
     check("attention with dropout (CUDA's efficient kernel)", torch.equal(got, ref),
           f"max |diff| {(got - ref).abs().max().item():.3g}")
     check("  its backward, reading the seed it returned", grads_finite)
+
+    # A learned attention bias (Swin's relative positions) requires grad: the device's choice of
+    # kernel sees that, as CUDA's own does, and the kernel it takes gives the bias a gradient.
+    bias = torch.randn(1, 4, 128, 128)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(t.cuda().requires_grad_() for t in (q, k, v, bias))).detach().cpu()
+    with residency.session(policy="flow", device="cuda", budget_bytes=64 << 20):
+        qd, kd, vd, bd = (t.to("tensorref").requires_grad_() for t in (q, k, v, bias))
+        out = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, attn_mask=bd)
+        got = out.detach().cpu()
+        out.square().sum().backward()
+        bias_grad = bd.grad is not None and bool(bd.grad.isfinite().all().item())
+    check("attention over a learned bias", torch.equal(got, ref), f"max |diff| {(got - ref).abs().max().item():.3g}")
+    check("  its backward, the bias's gradient among its outputs", bias_grad)
 
 
 def timed(fn) -> tuple[float, object]:

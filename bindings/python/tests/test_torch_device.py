@@ -298,6 +298,28 @@ def test_an_op_with_several_outputs_is_one_op():
         assert torch.equal(values.cpu(), want.values) and torch.equal(indices.cpu(), want.indices)
 
 
+@pytest.mark.parametrize("learned_bias", [False, True])
+def test_attention_takes_the_kernel_the_cpu_takes_for_what_requires_grad(learned_bias):
+    """The CPU's flash kernel has no gradient for a mask, so attention over a learned bias (Swin's
+    relative positions) takes the math path, as on the CPU; without one, the flash kernel."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
+    bias = torch.randn(1, 4, 8, 8, requires_grad=learned_bias)
+
+    def attention(q, k, v, bias):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        out.square().sum().backward()
+        return out.detach()
+
+    want = attention(q, k, v, bias)
+    with residency.session(policy="flow", budget_bytes=1 << 18):
+        on = [t.detach().to("tensorref").requires_grad_(t.requires_grad) for t in (q, k, v, bias)]
+        assert torch.equal(attention(*on).cpu(), want)
+        for t, mine in zip((q, k, v, bias), on):
+            assert (t.grad is None) == (mine.grad is None) and (t.grad is None or torch.equal(mine.grad.cpu(), t.grad))
+        del on
+
+
 @pytest.fixture
 def op_with_an_output_elsewhere():
     """`tensorref_test::elsewhere(x) -> (x + 1, a 0-dim long on meta)`: a kernel that returns one of
