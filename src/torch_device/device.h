@@ -199,4 +199,7 @@ std::unique_ptr<Replay> replay_of(const c10::OperatorHandle &op, const std::vect
 // Registers the kernels and the fallback (kernels.cpp).
 void register_kernels();
 
+// Registers autocast's casts on the device (autocast.cpp).
+void register_autocast();
+
 } // namespace tr_device

@@ -4,9 +4,9 @@ a Llama-shaped fp16 decoder through a quarter of its weights beside its peers.
 Checks (each against the same model run by plain PyTorch on CUDA, which runs the same kernels,
 so outputs must be equal bit for bit; the training reference in a process of its own, since a
 process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's inference under
-Flow at a quarter of its weights, its training with AdamW under Flow, a small Llama's forward
-pass and greedy generation, a CNN's forward pass (cuDNN), attention with dropout (CUDA's
-efficient kernel) and over a learned bias, with their backward. Then the
+Flow at a quarter of its weights (and under autocast), its training with AdamW under Flow, a
+small Llama's forward pass and greedy generation, a CNN's forward pass (cuDNN), attention with
+dropout (CUDA's efficient kernel) and over a learned bias, with their backward. Then the
 benchmark: a decoder of --layers Llama layers of width --width in fp16, a prefill of --prompt
 tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
@@ -88,6 +88,16 @@ def checks() -> None:
     # Kernels' workspaces (cuBLAS's) are allocated too, outside the budget: printed, not checked.
     check("  room for every output made before its kernel", s.output_bytes_unreserved == 0,
           f"unreserved {s.output_bytes_unreserved}; CUDA allocated at the peak {torch.cuda.max_memory_allocated()}")
+
+    # Autocast on the device casts as CUDA's does: the same casts, the same kernels.
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+        ref = copy.deepcopy(model).cuda()(x.cuda()).cpu()
+    with residency.session(policy="flow", device="cuda", budget_bytes=budget):
+        on = copy.deepcopy(model).to("tensorref")
+        with torch.no_grad(), torch.autocast("tensorref", dtype=torch.float16):
+            out = on(x.to("tensorref")).cpu()
+    check("MLP inference under autocast (fp16), Flow at 1/4", out.dtype == ref.dtype and torch.equal(out, ref),
+          f"{out.dtype} vs {ref.dtype}")
 
     # A process with a PrivateUse1 backend cannot run a plain CUDA backward (PyTorch's engine asks
     # one accelerator for streams: pytorch/pytorch#161129), so the reference runs in another.

@@ -320,6 +320,35 @@ def test_attention_takes_the_kernel_the_cpu_takes_for_what_requires_grad(learned
         del on
 
 
+def test_autocast_on_the_device_casts_as_cuda_s_autocast():
+    """A product in the lower precision, softmax and layer norm in float (CUDA's lists), the
+    weights' gradients in float through the casts: equal to the same casts written out on the
+    CPU."""
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    x, w, b = torch.randn(8, 32), torch.randn(16, 32, requires_grad=True), torch.randn(16, requires_grad=True)
+
+    def layer(x, w, b, cast):
+        y = F.linear(*(t.bfloat16() if cast else t for t in (x, w, b)))
+        p = torch.softmax(y, -1, dtype=torch.float32) if cast else torch.softmax(y, -1)
+        n = F.layer_norm(y.float() if cast else y, (16,))
+        (p * n).sum().backward()
+        return y.detach(), p.detach(), n.detach()
+
+    want = layer(x, w, b, cast=True)
+    with residency.session(policy="flow", budget_bytes=1 << 16):
+        wd, bd = (t.detach().to("tensorref").requires_grad_() for t in (w, b))
+        with torch.autocast("tensorref", dtype=torch.bfloat16):
+            got = layer(x.to("tensorref"), wd, bd, cast=False)
+            with pytest.raises(RuntimeError, match="unsafe to autocast"):
+                F.binary_cross_entropy(torch.sigmoid(got[0]), torch.ones(8, 16, device="tensorref"))
+        assert [t.dtype for t in got] == [torch.bfloat16, torch.float32, torch.float32]
+        assert all(torch.equal(g.cpu(), v) for g, v in zip(got, want))
+        assert wd.grad.dtype == torch.float32 and torch.equal(wd.grad.cpu(), w.grad)
+        assert torch.equal(bd.grad.cpu(), b.grad)
+        del got, wd, bd
+
+
 @pytest.fixture
 def op_with_an_output_elsewhere():
     """`tensorref_test::elsewhere(x) -> (x + 1, a 0-dim long on meta)`: a kernel that returns one of

@@ -228,13 +228,14 @@ def test_gpt2_keeps_its_head_tied_to_its_embedding():
     assert model.lm_head.weight.device.type == "tensorref"
 
 
-def _adamw_losses(model, ids, device, steps=3):
+def _adamw_losses(model, ids, device, steps=3, autocast=False):
     m = copy.deepcopy(model).to(device)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        loss = m(ids.to(device), labels=ids.to(device)).loss
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+            loss = m(ids.to(device), labels=ids.to(device)).loss
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -255,6 +256,21 @@ def test_a_few_adamw_steps_of_llama_equal_the_cpu_at_half_its_peak():
         got = _adamw_losses(model, ids, "tensorref")
         s, real = residency.stats(), residency.device_memory().peak
     assert got == ref
+    assert s.evictions > 0 and real <= budget, s
+
+
+def test_mixed_precision_steps_of_llama_at_half_its_peak_equal_them_with_the_device_unbounded():
+    """Under `torch.autocast("tensorref")` products run in bfloat16, as CUDA's autocast runs them
+    (not the CPU's lists, so the reference is the device under Resident), and the weights cast
+    for a forward pass are managed storages like any other."""
+    model, ids = _made("llama").train(), _inputs()
+    with residency.session(policy="resident"):
+        ref = _adamw_losses(model, ids, "tensorref", autocast=True)
+        budget = residency.stats().peak_device_bytes // 2
+    with residency.session(policy="flow", budget_bytes=budget):
+        got = _adamw_losses(model, ids, "tensorref", autocast=True)
+        s, real = residency.stats(), residency.device_memory().peak
+    assert got == ref and got != _adamw_losses(model, ids, "tensorref")
     assert s.evictions > 0 and real <= budget, s
 
 
