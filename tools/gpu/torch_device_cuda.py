@@ -6,7 +6,8 @@ so outputs must be equal bit for bit; the training reference in a process of its
 process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's inference under
 Flow at a quarter of its weights (and under autocast), its training with AdamW under Flow, a
 small Llama's forward pass and greedy generation, a CNN's forward pass (cuDNN), attention with
-dropout (CUDA's efficient kernel) and over a learned bias, with their backward. Then the
+dropout (CUDA's efficient kernel) and over a learned bias, with their backward, and a
+checkpointed region with dropout (its gradients those without checkpointing). Then the
 benchmark: a decoder of --layers Llama layers of width --width in fp16, a prefill of --prompt
 tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
@@ -184,6 +185,26 @@ def checks() -> None:
         bias_grad = bd.grad is not None and bool(bd.grad.isfinite().all().item())
     check("attention over a learned bias", torch.equal(got, ref), f"max |diff| {(got - ref).abs().max().item():.3g}")
     check("  its backward, the bias's gradient among its outputs", bias_grad)
+
+    # Activation checkpointing keeps the device's generator (CUDA's) for the region's
+    # recomputation in backward: dropout there draws the mask it drew in forward, and the
+    # gradients equal those without checkpointing.
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Dropout(0.5), torch.nn.Linear(256, 256))
+    x = torch.randn(64, 256)
+
+    def grads(checkpointed):
+        torch.manual_seed(1)
+        m, xd = copy.deepcopy(block).to("tensorref"), x.to("tensorref").requires_grad_()
+        run = (lambda t: torch.utils.checkpoint.checkpoint(m, t, use_reentrant=False)) if checkpointed else m
+        run(xd).square().sum().backward()
+        return [t.grad.cpu() for t in (xd, *m.parameters())]
+
+    with residency.session(policy="flow", device="cuda", budget_bytes=64 << 20):
+        same = all(torch.equal(a, b) for a, b in zip(grads(True), grads(False)))
+        cuda_state = torch.equal(torch.tensorref.get_rng_state(), torch.cuda.get_rng_state())
+    check("checkpointed dropout: the gradients without checkpointing", same)
+    check("  the device's generator is CUDA's", cuda_state)
 
 
 def timed(fn) -> tuple[float, object]:

@@ -147,6 +147,14 @@ def enabled() -> bool:
     return bool(lib.tr_residency_enabled())
 
 
+def cuda_index() -> int | None:
+    """The CUDA device the manager configured through this module computes on; None where there
+    is none (no manager, the simulated device, the CPU)."""
+    if not _configured or _code(DEVICE_CODES, _configured[-1].device, "device") != DEVICE_CODES["CUDA"]:
+        return None
+    return _configured[-1].device_index
+
+
 def saved_tensors_managed() -> bool:
     """Whether the tensors autograd saves for backward on this thread go through the manager:
     a manager that moves data is configured. In a process that imported torch, PyTorch's engine

@@ -24,11 +24,39 @@ from ._lib import check, lib
 NAME = "tensorref"
 
 
+class _Index:
+    """`torch.tensorref.device(d)`: what torch enters to make storages on one of a device's
+    indices (`torch.load` does); the device has one."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _generator() -> torch.Generator:
+    """The generator the device's random ops draw from: the compute device's (CUDA's under a CUDA
+    manager, the CPU's otherwise)."""
+    index = residency.cuda_index()
+    return torch.default_generator if index is None else torch.cuda.default_generators[index]
+
+
 def _device_module() -> types.ModuleType:
-    """What code expects of a backend's module (autocast asks for its supported dtypes)."""
+    """What code expects of a backend's module: autocast asks for its supported dtypes,
+    `torch.load` enters `device`, and activation checkpointing and `torch.random.fork_rng` keep
+    and restore the generator's state (checkpointing only where `_initialized`), so that dropout
+    recomputed in backward draws what it drew in forward."""
     m = types.ModuleType(f"torch.{NAME}")
     m.is_available = lambda: True
     m.is_initialized = lambda: True
+    m._initialized = True
+    m.device = _Index
+    m.get_rng_state = lambda device=None: _generator().get_state()
+    m.set_rng_state = lambda new_state, device=None: _generator().set_state(new_state)
     m._lazy_init = lambda: None
     m._is_in_bad_fork = lambda: False
     m.device_count = lambda: 1

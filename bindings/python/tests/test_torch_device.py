@@ -234,6 +234,50 @@ def test_a_torchscript_module_runs_unchanged(tmp_path):
         assert residency.stats().ops > 0
 
 
+def test_a_state_dict_saved_from_the_device_loads_back_onto_it_and_onto_the_cpu(tmp_path):
+    path, model = tmp_path / "weights.pt", _model()
+    with residency.session(policy="flow", budget_bytes=_weights(model) // 2):
+        torch.save(copy.deepcopy(model).to("tensorref").state_dict(), path)
+        back, on_cpu = torch.load(path), torch.load(path, map_location="cpu")
+        assert {t.device.type for t in back.values()} == {"tensorref"}
+        for name, t in model.state_dict().items():
+            assert torch.equal(back[name].cpu(), t) and torch.equal(on_cpu[name], t)
+        fresh = _model().to("tensorref")
+        with torch.no_grad():
+            for p in fresh.parameters():
+                p.zero_()
+        fresh.load_state_dict(back)
+        x = torch.randn(5, 32)
+        with torch.no_grad():
+            assert torch.equal(fresh(x.to("tensorref")).cpu(), model(x))
+        del back, fresh
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointing_keeps_the_generator_the_device_draws_from(reentrant):
+    """Activation checkpointing keeps the state of the device's generator for the region's
+    recomputation in backward (dropout draws there what it drew in forward), as
+    `torch.random.fork_rng` does around a block: the compute device's generator, here the CPU's."""
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 16))
+    x = torch.randn(4, 16, requires_grad=True)
+
+    def grads(checkpointed):
+        torch.manual_seed(1)
+        m, xd = copy.deepcopy(block).to("tensorref"), x.detach().to("tensorref").requires_grad_()
+        run = (lambda t: torch.utils.checkpoint.checkpoint(m, t, use_reentrant=reentrant)) if checkpointed else m
+        run(xd).square().sum().backward()
+        return [t.grad.cpu() for t in (xd, *m.parameters())]
+
+    with residency.session(policy="flow", budget_bytes=1 << 16):
+        assert all(torch.equal(a, b) for a, b in zip(grads(True), grads(False)))
+        assert torch.equal(torch.tensorref.get_rng_state(), torch.get_rng_state())
+        with torch.random.fork_rng(device_type="tensorref"):
+            torch.rand(3, device="tensorref")
+            inside = torch.tensorref.get_rng_state()
+        assert not torch.equal(inside, torch.tensorref.get_rng_state())
+
+
 def test_errors_from_kernels_keep_their_type_and_words():
     a, b = torch.randn(2, 3).to("tensorref"), torch.randn(4, 5).to("tensorref")
     with residency.session(policy="flow", budget_bytes=1 << 20):
