@@ -477,12 +477,15 @@ at::Tensor stand_in(const at::Tensor &t, c10::Device device) {
 // the choice reads their geometry and whether they require grad (the CPU's flash kernel has no
 // gradient for a mask that requires one, so a learned attention bias takes the math path), never
 // their memory (CUDA's checks alignment by storage offset, over the caching allocator's aligned
-// blocks), so nothing is loaded for it.
+// blocks), so nothing is loaded for it. Python's dispatch modes do not see the stand-ins: while
+// torch.compile traces with fake tensors, the choice is still the one the device makes eagerly.
 int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask,
                    double dropout, bool causal, std::optional<double> scale, bool gqa) {
     const int cuda = callbacks->accelerator();
     const c10::Device device = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
     const c10::DeviceGuard on(device);
+    const c10::impl::ExcludeDispatchKeyGuard no_modes(
+        c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
     std::optional<at::Tensor> mask_there;
     if (mask.has_value() && mask->defined()) {
         mask_there = stand_in(*mask, device);

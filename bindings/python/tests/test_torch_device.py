@@ -278,6 +278,29 @@ def test_checkpointing_keeps_the_generator_the_device_draws_from(reentrant):
         assert not torch.equal(inside, torch.tensorref.get_rng_state())
 
 
+def test_torch_compile_with_an_eager_backend_runs_through_the_device():
+    """Dynamo traces the model with fake tensors of the device (attention asks the device for its
+    kernel as it traces) and the graph's ops run through the manager. Inductor generates code only
+    for devices it knows (docs/residency.md)."""
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(16, 48)
+
+    def attend(x):
+        q, k, v = proj(x).view(2, 8, 3, 16).unbind(2)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad():
+        want = attend(x)
+        with residency.session(policy="flow", budget_bytes=1 << 16):
+            proj.to("tensorref")
+            torch._dynamo.reset()
+            got = torch.compile(attend, backend="aot_eager")(x.to("tensorref")).cpu()
+            assert residency.stats().ops > 0
+            proj.cpu()
+    assert torch.equal(got, want)
+
+
 def test_errors_from_kernels_keep_their_type_and_words():
     a, b = torch.randn(2, 3).to("tensorref"), torch.randn(4, 5).to("tensorref")
     with residency.session(policy="flow", budget_bytes=1 << 20):
