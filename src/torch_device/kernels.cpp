@@ -20,6 +20,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,38 @@ void declare_written(Attempt &a, const c10::FunctionSchema &schema, const std::v
     }
 }
 
+// On the simulated device the kernels are the CPU's, which take a tensor of the host beside the
+// device's copies; CUDA's refuse one (but a 0-dim tensor, which they read as a number, indices,
+// and CTC's lengths), and so does this, so that code mixing devices fails on the simulated
+// device as it would on a GPU.
+void check_one_device(const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args) {
+    bool any_ours = false, any_host = false;
+    const auto see = [&](const c10::IValue &v) {
+        if (v.isTensor()) {
+            const at::Tensor &t = v.toTensor();
+            any_ours = any_ours || ours(t);
+            any_host = any_host || (t.defined() && t.device().is_cpu() && t.dim() > 0);
+        }
+    };
+    for (const c10::IValue &arg : args) {
+        see(arg);
+        if (arg.isList()) {
+            for (const c10::IValue &element : arg.toListRef()) {
+                see(element);
+            }
+        }
+    }
+    if (!any_ours || !any_host || callbacks->accelerator() >= 0) {
+        return;
+    }
+    static const std::array<std::string, 6> take_the_host_s{"aten::index", "aten::index_put", "aten::index_put_",
+                                                            "aten::_index_put_impl_", "aten::_ctc_loss",
+                                                            "aten::_ctc_loss_backward"};
+    TORCH_CHECK(std::find(take_the_host_s.begin(), take_the_host_s.end(), schema.name()) != take_the_host_s.end(),
+                "Expected all tensors to be on the same device, but found at least two devices, tensorref:0 and cpu! (",
+                schema.name(), " was given a tensor of the host, which CUDA's kernels refuse too)");
+}
+
 // Pushes the arguments with each tensor of this device replaced by its device copy, and a
 // `device=` of this device by the compute device (the host where nothing was acquired).
 Inputs push_arguments(Attempt &a, const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args,
@@ -312,6 +345,7 @@ using Adapt = void (*)(torch::jit::Stack &stack, size_t first);
 void run_as(const c10::OperatorHandle &op, const c10::OperatorHandle &kernel, Adapt adapt, torch::jit::Stack *stack) {
     const auto &schema = op.schema();
     const std::vector<c10::IValue> args = pop_arguments(stack, schema.arguments().size());
+    check_one_device(schema, args);
     const size_t first = stack->size();
     run(kernel.schema().name().c_str(), [&](Attempt &a) {
         stack->resize(first);

@@ -311,6 +311,22 @@ def test_errors_from_kernels_keep_their_type_and_words():
         assert torch.equal((a * 2).cpu(), a.cpu() * 2)  # the manager carries on
 
 
+def test_a_host_tensor_beside_the_device_s_is_refused_as_cuda_refuses_it():
+    """The simulated device runs the CPU's kernels, which would take a tensor of the host; code
+    that mixes devices fails here as it would on a GPU, but for what CUDA's kernels take too."""
+    x = torch.arange(4.0)
+    with residency.session(policy="flow", budget_bytes=1 << 16):
+        t = x.to("tensorref")
+        for mixed in (lambda: t + x, lambda: torch.cat([t, x]), lambda: torch.where(x > 1, t, 0.0)):
+            with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+                mixed()
+        assert torch.equal((t * torch.tensor(2.0)).cpu(), x * 2)  # a 0-dim tensor is a number
+        assert torch.equal(t[torch.tensor([3, 0])].cpu(), x[[3, 0]])  # indices may be the host's
+        t[torch.tensor([1])] = 7.0
+        assert t.cpu().tolist() == [0.0, 7.0, 2.0, 3.0]
+        del t
+
+
 def test_out_tensors_of_another_size_are_resized():
     a = torch.randn(3, 4)
     with residency.session(policy="flow", budget_bytes=1 << 20):
