@@ -244,6 +244,7 @@ extern "C" int tr_native_torch_device_register(const tr_device::Callbacks *cb, c
         // process (pytorch/pytorch#161129; docs/residency.md).
         at::RegisterPrivateUse1HooksInterface(new tr_device::Hooks());
         tr_device::register_kernels();
+        tr_device::register_recurrent_cells();
         tr_device::register_autocast();
     });
 }

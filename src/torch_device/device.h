@@ -196,8 +196,15 @@ template <typename F> void run(const char *op, F &&attempt) {
 std::unique_ptr<Replay> replay_of(const c10::OperatorHandle &op, const std::vector<c10::IValue> &args,
                                   const std::vector<c10::IValue> &pushed, size_t first, std::vector<at::Tensor> &inputs);
 
+// Every op without a kernel of its own: the compute device's kernel of the op, under the manager
+// (kernels.cpp).
+void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+
 // Registers the kernels and the fallback (kernels.cpp).
 void register_kernels();
+
+// Registers the fused recurrent cells of the simulated device (recurrent.cpp).
+void register_recurrent_cells();
 
 // Registers autocast's casts on the device (autocast.cpp).
 void register_autocast();

@@ -366,8 +366,11 @@ void run_as(const c10::OperatorHandle &op, const c10::OperatorHandle &kernel, Ad
     });
 }
 
-// Every op without a kernel of its own: the compute device's kernel of the op, under the manager.
+} // namespace
+
 void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) { run_as(op, op, nullptr, stack); }
+
+namespace {
 
 // Convolution: libtorch's `_convolution` chooses its backend by the input's device, and on any
 // device but its own calls the device's `convolution_overrideable` (autograd: its backward). The

@@ -6,8 +6,9 @@ so outputs must be equal bit for bit; the training reference in a process of its
 process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's inference under
 Flow at a quarter of its weights (and under autocast), its training with AdamW under Flow, a
 small Llama's forward pass and greedy generation, a CNN's forward pass (cuDNN), attention with
-dropout (CUDA's efficient kernel) and over a learned bias, with their backward, and a
-checkpointed region with dropout (its gradients those without checkpointing). Then the
+dropout (CUDA's efficient kernel) and over a learned bias, with their backward, a checkpointed
+region with dropout (its gradients those without checkpointing), and an LSTM (close to cuDNN's,
+not equal: the device takes CUDA's fused cells). Then the
 benchmark: a decoder of --layers Llama layers of width --width in fp16, a prefill of --prompt
 tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
@@ -205,6 +206,16 @@ def checks() -> None:
         cuda_state = torch.equal(torch.tensorref.get_rng_state(), torch.cuda.get_rng_state())
     check("checkpointed dropout: the gradients without checkpointing", same)
     check("  the device's generator is CUDA's", cuda_state)
+
+    # An LSTM on the device takes CUDA's fused cells, plain CUDA tensors cuDNN's RNN: close, not equal.
+    torch.manual_seed(0)
+    lstm, seq = torch.nn.LSTM(256, 256, num_layers=2), torch.randn(32, 8, 256)
+    with torch.no_grad():
+        ref = copy.deepcopy(lstm).cuda()(seq.cuda())[0].cpu()
+        with residency.session(policy="flow", device="cuda", budget_bytes=16 << 20):
+            out = copy.deepcopy(lstm).to("tensorref")(seq.to("tensorref"))[0].cpu()
+    check("LSTM (CUDA's fused cells) close to cuDNN's", torch.allclose(out, ref, rtol=1e-4, atol=1e-5),
+          f"max |diff| {(out - ref).abs().max().item():.3g}")
 
 
 def timed(fn) -> tuple[float, object]:

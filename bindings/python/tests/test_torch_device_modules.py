@@ -1,7 +1,7 @@
 """torch.nn's modules, unchanged, on the `tensorref` device: the forward pass and the gradients of
 the parameters and the input equal the CPU's bit for bit, under Flow at a budget that holds each
 op. What libtorch computes otherwise on an accelerator is listed in docs/residency.md ("What does
-not run on the device"); LSTM's error is checked here."""
+not run on the device"); recurrent layers, which take another path there, are checked here."""
 import copy
 
 import pytest
@@ -82,9 +82,39 @@ def test_a_module_runs_as_on_the_cpu(name):
     assert len(got_grads) == len(grads) and all(torch.equal(a, b) for a, b in zip(got_grads, grads))
 
 
-def test_an_lstm_on_the_simulated_device_names_the_fused_cell_it_lacks():
-    lstm = nn.LSTM(8, 5, batch_first=True)
-    with residency.session(policy="flow", budget_bytes=1 << 22):
-        on = lstm.to("tensorref")
-        with pytest.raises(NotImplementedError, match="_thnn_fused_lstm_cell"):
-            on(_sequence().to("tensorref"))
+RECURRENT = {
+    "LSTM, 2 layers, batch first": lambda: nn.LSTM(8, 16, num_layers=2, batch_first=True),
+    "LSTM, bidirectional": lambda: nn.LSTM(8, 16, bidirectional=True),
+    "LSTM, projections": lambda: nn.LSTM(8, 16, proj_size=4),
+    "LSTM, no bias": lambda: nn.LSTM(8, 16, bias=False),
+    "GRU, 2 layers, bidirectional": lambda: nn.GRU(8, 16, num_layers=2, bidirectional=True),
+    "GRU, no bias": lambda: nn.GRU(8, 16, bias=False),
+    "LSTMCell": lambda: nn.LSTMCell(8, 16),
+    "GRUCell": lambda: nn.GRUCell(8, 16),
+}
+
+
+@pytest.mark.parametrize("name", list(RECURRENT))
+def test_a_recurrent_layer_runs_the_fused_cell_as_cuda_computes_it(name):
+    """On any device but the CPU, libtorch's recurrent layers take a fused cell, which the
+    simulated device computes as CUDA's kernels do (src/torch_device/recurrent.cpp): equal to the
+    CPU's own path but in the last bits, since that path adds the biases inside its products."""
+    torch.manual_seed(0)
+    module = RECURRENT[name]()
+    x = torch.randn(3, 8) if "Cell" in name else torch.randn(5, 3, 8)
+
+    def call(m, x):  # the output sequence, or the cell's hidden state
+        out = m(x)
+        return out if isinstance(out, torch.Tensor) else out[0]
+
+    out, grads = _forward_and_grads(copy.deepcopy(module), x, call)
+    with residency.session(policy="resident"):
+        _forward_and_grads(copy.deepcopy(module).to("tensorref"), x.to("tensorref"), call)
+        budget = residency.stats().peak_device_bytes // 2
+    with residency.session(policy="flow", budget_bytes=budget):
+        got, got_grads = _forward_and_grads(module.to("tensorref"), x.to("tensorref"), call)
+        s = residency.stats()
+    assert s.evictions > 0 and s.peak_device_bytes <= budget, s
+    assert len(got_grads) == len(grads)
+    for mine, cpu in zip([got, *got_grads], [out, *grads]):
+        torch.testing.assert_close(mine, cpu, rtol=1e-5, atol=1e-6)
