@@ -41,9 +41,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(const at::Tensor &input
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_backward(const std::optional<at::Tensor> &grad_hy,
                                                                   const std::optional<at::Tensor> &grad_cy, const at::Tensor &cx,
                                                                   const at::Tensor &cy, const at::Tensor &workspace, bool has_bias) {
+    const bool has_grad_hy = grad_hy.has_value() && grad_hy->defined();
+    if (!has_grad_hy && !(grad_cy.has_value() && grad_cy->defined())) {
+        return {}; // nothing to take back, as CUDA's kernel
+    }
     auto gates = workspace.chunk(4, 1);
     const at::Tensor &in = gates[0], &forget = gates[1], &cell = gates[2], &out = gates[3];
-    const at::Tensor go = grad_hy.has_value() && grad_hy->defined() ? *grad_hy : at::zeros_like(cy);
+    const at::Tensor go = has_grad_hy ? *grad_hy : at::zeros_like(cy);
     const at::Tensor tanh_cy = cy.tanh();
     at::Tensor gc = go * out * tanh_grad(tanh_cy);
     if (grad_cy.has_value() && grad_cy->defined()) {

@@ -7,8 +7,8 @@ process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's i
 Flow at a quarter of its weights (and under autocast), its training with AdamW under Flow, a
 small Llama's forward pass and greedy generation, a CNN's forward pass (cuDNN), attention with
 dropout (CUDA's efficient kernel) and over a learned bias, with their backward, a checkpointed
-region with dropout (its gradients those without checkpointing), and an LSTM (close to cuDNN's,
-not equal: the device takes CUDA's fused cells). Then the
+region with dropout (its gradients those without checkpointing), and an LSTM and a GRU (close to
+cuDNN's, not equal: the device takes CUDA's fused cells). Then the
 benchmark: a decoder of --layers Llama layers of width --width in fp16, a prefill of --prompt
 tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
@@ -207,15 +207,23 @@ def checks() -> None:
     check("checkpointed dropout: the gradients without checkpointing", same)
     check("  the device's generator is CUDA's", cuda_state)
 
-    # An LSTM on the device takes CUDA's fused cells, plain CUDA tensors cuDNN's RNN: close, not equal.
-    torch.manual_seed(0)
-    lstm, seq = torch.nn.LSTM(256, 256, num_layers=2), torch.randn(32, 8, 256)
-    with torch.no_grad():
-        ref = copy.deepcopy(lstm).cuda()(seq.cuda())[0].cpu()
+    # LSTM and GRU on the device take CUDA's fused cells, plain CUDA tensors cuDNN's RNN: close, not
+    # equal. The cells' outputs and their backward's find room by rule before their kernels.
+    for layer in (torch.nn.LSTM, torch.nn.GRU):
+        torch.manual_seed(0)
+        rnn, seq = layer(256, 256, num_layers=2), torch.randn(32, 8, 256)
+        with torch.no_grad():
+            ref = copy.deepcopy(rnn).cuda()(seq.cuda())[0].cpu()
         with residency.session(policy="flow", device="cuda", budget_bytes=16 << 20):
-            out = copy.deepcopy(lstm).to("tensorref")(seq.to("tensorref"))[0].cpu()
-    check("LSTM (CUDA's fused cells) close to cuDNN's", torch.allclose(out, ref, rtol=1e-4, atol=1e-5),
-          f"max |diff| {(out - ref).abs().max().item():.3g}")
+            on = copy.deepcopy(rnn).to("tensorref")
+            out = on(seq.to("tensorref"))[0]
+            out.square().sum().backward()
+            s = residency.stats()
+            out = out.detach().cpu()
+        check(f"{layer.__name__} (CUDA's fused cells) close to cuDNN's", torch.allclose(out, ref, rtol=1e-4, atol=1e-5),
+              f"max |diff| {(out - ref).abs().max().item():.3g}")
+        check("  its backward; room for every output made before its kernel", s.output_bytes_unreserved == 0,
+              f"unreserved {s.output_bytes_unreserved}")
 
 
 def timed(fn) -> tuple[float, object]:

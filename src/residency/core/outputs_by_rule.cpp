@@ -2,8 +2,8 @@
 // the meta kernel of any other op). PyTorch writes theirs in Python (torch/_meta_registrations.py,
 // torch/_decomp): a C, C++, C# or Rust program has none to ask, and in a Python process each costs
 // about 100 us a new signature. Among them are the ops of attention (CUDA's flash, efficient and
-// cuDNN kernels, the CPU's flash kernel), convolution, and the ops of training (the backward of
-// embedding, layer_norm and convolution, dropout): a rule here says what PyTorch's meta kernel
+// cuDNN kernels, the CPU's flash kernel), convolution, the fused cells of LSTM and GRU, and the
+// ops of training (the backward of embedding, layer_norm and convolution, dropout): a rule here says what PyTorch's meta kernel
 // says, from the arguments' sizes and dtypes, and answers first, so that every process reserves
 // the same. A kernel that allocates more than its meta kernel says (flash attention pads a head
 // size that is not a multiple of 8 on CUDA) has the rest counted unreserved.
@@ -186,6 +186,32 @@ uint64_t extreme(Args a) { return bytes(1, tensor(a, 0).scalar_type()); }
 // histc(self, bins, min, max)
 uint64_t histc(Args a) { return bytes(a[1].toInt(), tensor(a, 0).scalar_type()); }
 
+// The fused cells of LSTM and GRU layers (CUDA's kernels): the gates [B, 4H] or [B, 3H] from the
+// input and from the hidden state, and the cell or hidden state [B, H].
+// _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias, hidden_bias): hy, cy, and a
+// workspace of the gates.
+uint64_t lstm_cell(Args a) { return 2 * like(tensor(a, 2)) + like(tensor(a, 0)); }
+// _thnn_fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias): the gates'
+// gradient, cx's, and the bias's (summed over the batch); none without a gradient to take back.
+uint64_t lstm_cell_backward(Args a) {
+    if (!given(a, 0) && !given(a, 1)) {
+        return 0;
+    }
+    const at::Tensor &workspace = tensor(a, 4);
+    return like(workspace) + like(tensor(a, 2)) + (a[5].toBool() ? bytes(workspace.size(1), workspace.scalar_type()) : 0);
+}
+// _thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias, hidden_bias): hy, and a
+// workspace of five [B, H] parts.
+uint64_t gru_cell(Args a) { return 6 * like(tensor(a, 2)); }
+// _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias): the gradients of the input's and
+// the hidden state's gates, hx's, and the two biases'.
+uint64_t gru_cell_backward(Args a) {
+    const at::Tensor &grad = tensor(a, 0);
+    const int64_t gates = 3 * grad.size(1);
+    return 2 * bytes(grad.size(0) * gates, grad.scalar_type()) + like(grad) +
+           (a[2].toBool() ? 2 * bytes(gates, grad.scalar_type()) : 0);
+}
+
 using Rule = uint64_t (*)(Args);
 
 // By operator name and overload ("aten::var.correction").
@@ -214,6 +240,10 @@ const std::unordered_map<std::string, Rule> &rules() {
         {"aten::max", extreme},
         {"aten::min", extreme},
         {"aten::histc", histc},
+        {"aten::_thnn_fused_lstm_cell", lstm_cell},
+        {"aten::_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward},
+        {"aten::_thnn_fused_gru_cell", gru_cell},
+        {"aten::_thnn_fused_gru_cell_backward", gru_cell_backward},
     };
     return *by_name;
 }
