@@ -228,10 +228,10 @@ void check_one_device(const c10::FunctionSchema &schema, const std::vector<c10::
     if (!any_ours || !any_host || callbacks->accelerator() >= 0) {
         return;
     }
-    static const std::array<std::string, 6> take_the_host_s{"aten::index", "aten::index_put", "aten::index_put_",
-                                                            "aten::_index_put_impl_", "aten::_ctc_loss",
-                                                            "aten::_ctc_loss_backward"};
-    TORCH_CHECK(std::find(take_the_host_s.begin(), take_the_host_s.end(), schema.name()) != take_the_host_s.end(),
+    static const std::array<std::string, 6> take_host_tensors{"aten::index", "aten::index_put", "aten::index_put_",
+                                                              "aten::_index_put_impl_", "aten::_ctc_loss",
+                                                              "aten::_ctc_loss_backward"};
+    TORCH_CHECK(std::find(take_host_tensors.begin(), take_host_tensors.end(), schema.name()) != take_host_tensors.end(),
                 "Expected all tensors to be on the same device, but found at least two devices, tensorref:0 and cpu! (",
                 schema.name(), " was given a tensor of the host, which CUDA's kernels refuse too)");
 }

@@ -3,10 +3,11 @@
 // torch/_decomp): a C, C++, C# or Rust program has none to ask, and in a Python process each costs
 // about 100 us a new signature. Among them are the ops of attention (CUDA's flash, efficient and
 // cuDNN kernels, the CPU's flash kernel), convolution, the fused cells of LSTM and GRU, and the
-// ops of training (the backward of embedding, layer_norm and convolution, dropout): a rule here says what PyTorch's meta kernel
-// says, from the arguments' sizes and dtypes, and answers first, so that every process reserves
-// the same. A kernel that allocates more than its meta kernel says (flash attention pads a head
-// size that is not a multiple of 8 on CUDA) has the rest counted unreserved.
+// ops of training (the backward of embedding, layer_norm and convolution, dropout): a rule here
+// says what PyTorch's meta kernel says, from the arguments' sizes and dtypes, and answers first,
+// so that every process reserves the same. A kernel that allocates more than its meta kernel
+// says (flash attention pads a head size that is not a multiple of 8 on CUDA) has the rest
+// counted unreserved.
 #include "outputs_by_rule.h"
 
 #include <ATen/ExpandUtils.h>
