@@ -5,7 +5,6 @@ unmanaged peak (Resident's), on the simulated device. Every output equals the sa
 the CPU bit for bit, the real peak of device memory never exceeds the budget, and the manager's
 counters show that the model ran through it."""
 import copy
-import re
 import threading
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from budgets import raised_as_needed  # noqa: E402
 from tensorref import residency, torch_device  # noqa: E402
 
 torch_device.register()  # this suite imports tensorref before torch (conftest)
@@ -74,30 +74,9 @@ def _resident_peak(model, ids):
         return residency.stats().peak_device_bytes
 
 
-def _needed(error: Exception) -> int:
-    """The bytes an op needs at once, from the manager's message (a budget too small for one op
-    is torch's OutOfMemoryError)."""
-    found = re.search(r"needs (\d+) bytes at once", str(error))
-    if found is None:
-        raise error
-    return int(found.group(1))
-
-
 # Where a fraction of the peak is less than one op's working set, the budget is raised to it:
 # Mixtral's experts are one parameter, so one product reads all of them (at 1/4).
 RAISED = {("mixtral", 4)}
-
-
-def _raised_as_needed(run, budget: int, may_raise: bool):
-    """`run(budget)` under a budget raised, op by op, to what the first op that cannot fit needs
-    at once (only where `may_raise`). Returns its result and the budget it ran under."""
-    for _ in range(8):
-        try:
-            return run(budget), budget
-        except torch.OutOfMemoryError as e:
-            assert may_raise, e
-            budget = _needed(e)
-    raise AssertionError(f"still too small at {budget} bytes")
 
 
 def _two_passes(name, policy, fraction):
@@ -116,7 +95,7 @@ def _two_passes(name, policy, fraction):
                     assert torch.equal(out, ref), f"max |diff| {(out - ref).abs().max().item()}"
             return residency.stats(), residency.device_memory()
 
-    (s, memory), budget = _raised_as_needed(run, _resident_peak(model, ids) // fraction, (name, fraction) in RAISED)
+    (s, memory), budget = raised_as_needed(run, _resident_peak(model, ids) // fraction, (name, fraction) in RAISED)
     return s, memory, budget
 
 
@@ -306,7 +285,7 @@ def test_minilm_with_its_real_weights_equals_the_cpu_under_a_budget():
             return on.encode(sentences, convert_to_tensor=True, device="tensorref").cpu(), residency.device_memory().peak
 
     for fraction in (2, 4):
-        (got, real), budget = _raised_as_needed(run, weights // fraction, True)
+        (got, real), budget = raised_as_needed(run, weights // fraction, True)
         assert torch.equal(got, ref)
         assert real <= budget
 
@@ -414,7 +393,7 @@ def test_a_convolutional_model_equals_the_cpu_under_a_budget(name, as_on_cuda):
 
     residency.simulate_cuda_allocator(as_on_cuda)
     try:
-        (out, s, memory), budget = _raised_as_needed(run, _resident_peak(model, x) // 2, True)
+        (out, s, memory), budget = raised_as_needed(run, _resident_peak(model, x) // 2, True)
     finally:
         residency.simulate_cuda_allocator(False)
     assert torch.equal(out, ref)
