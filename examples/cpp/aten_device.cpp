@@ -10,11 +10,13 @@
 // bit; the manager ran the ops (its op count grew) within the budget; Flow prefetched what the
 // passes after the first read; a write through ATen is
 // seen through the handle and the other way; the result handed back as a handle
-// (tr::from_aten) holds the same values; a tensor of another device is refused; no handle is
-// left at the end.
+// (tr::from_aten) holds the same values; under autocast on the device (bfloat16) the products
+// run in bfloat16, equal to the same casts written out on the CPU; a tensor of another device is
+// refused; no handle is left at the end.
 //
 //   make test-examples-native        (builds and runs it)
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 
 #include "tensorref_torch.hpp"
 
@@ -41,6 +43,20 @@ at::Tensor values_of(const tr::Tensor& t, at::IntArrayRef shape) {
 }
 
 unsigned long long ull(uint64_t n) { return static_cast<unsigned long long>(n); }
+
+// Autocast on the `tensorref` device (PrivateUse1) in `dtype` while in scope.
+struct Autocast {
+    explicit Autocast(at::ScalarType dtype) {
+        at::autocast::set_autocast_dtype(at::kPrivateUse1, dtype);
+        at::autocast::set_autocast_enabled(at::kPrivateUse1, true);
+    }
+    ~Autocast() {
+        at::autocast::set_autocast_enabled(at::kPrivateUse1, false);
+        at::autocast::clear_cache();
+    }
+    Autocast(const Autocast&) = delete;
+    Autocast& operator=(const Autocast&) = delete;
+};
 
 int run() {
     const size_t live_at_start = tr::live_handles();
@@ -91,6 +107,15 @@ int run() {
         check(at::equal(weights[1].cpu(), cpu_weights[1] * 3), "a write through the handle is seen through ATen");
         tr::Tensor back = tr::from_aten(h);
         check(at::equal(values_of(back, {kBatch, kWidth}), expected), "the result as a handle holds the same values");
+        {
+            std::vector<at::Tensor> low;  // the weights as they now are, cast as autocast casts them
+            for (const at::Tensor& w : weights) low.push_back(w.cpu().to(at::kBFloat16));
+            const at::Tensor want = forward(low, x.cpu().to(at::kBFloat16));
+            Autocast mixed(at::kBFloat16);
+            const at::Tensor got = forward(weights, x);
+            check(got.scalar_type() == at::kBFloat16 && at::equal(got.cpu(), want),
+                  "under autocast the products run in bfloat16, as written out on the CPU");
+        }
         bool refused = false;
         try {
             (void)tr::from_aten(at::ones({2}));
