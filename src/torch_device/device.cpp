@@ -12,6 +12,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 namespace tr_device {
 
@@ -54,9 +56,23 @@ struct HomeAllocator final : c10::Allocator {
     }
 };
 
+// The compute device's current stream where the device computes on CUDA (which every op's
+// kernel runs on), with CUDA's guard; none on the simulated device.
+std::optional<std::pair<const c10::impl::DeviceGuardImplInterface *, c10::Stream>> cuda_stream() {
+    const int index = callbacks == nullptr ? -1 : callbacks->accelerator();
+    if (index < 0) {
+        return std::nullopt;
+    }
+    const auto *cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    return std::make_pair(cuda, cuda->getStream(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))));
+}
+
 // One device, one stream. Every op runs its kernel on the compute device's current stream (the
 // manager orders its own copies against it with CUDA events), so work on this device is already
-// in order: an event here is complete once recorded.
+// in order, and an event here stands for all the work queued before it. Waiting for the device
+// (`torch.accelerator.synchronize()`, a stream's or an event's `synchronize`) waits for that
+// stream on CUDA, as a timer stopped after it expects; on the simulated device work is done when
+// the op returns.
 struct Guard final : c10::impl::DeviceGuardImplInterface {
     c10::DeviceType type() const override { return kDevice; }
     c10::Device exchangeDevice(c10::Device d) const override {
@@ -76,12 +92,19 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
         *event = reinterpret_cast<void *>(1); // any non-NULL value: there is nothing to wait for
     }
     void block(void *, const c10::Stream &) const override {}
-    bool queryEvent(void *) const override { return true; }
+    bool queryEvent(void *) const override { return queryStream(getStream(getDevice())); }
     void destroyEvent(void *, const c10::DeviceIndex) const noexcept override {}
-    bool queryStream(const c10::Stream &) const override { return true; }
-    void synchronizeStream(const c10::Stream &) const override {}
-    void synchronizeEvent(void *) const override {}
-    void synchronizeDevice(const c10::DeviceIndex) const override {}
+    bool queryStream(const c10::Stream &) const override {
+        const auto cuda = cuda_stream();
+        return !cuda || cuda->first->queryStream(cuda->second);
+    }
+    void synchronizeStream(const c10::Stream &) const override {
+        if (const auto cuda = cuda_stream()) {
+            cuda->first->synchronizeStream(cuda->second);
+        }
+    }
+    void synchronizeEvent(void *) const override { synchronizeStream(getStream(getDevice())); }
+    void synchronizeDevice(const c10::DeviceIndex) const override { synchronizeStream(getStream(getDevice())); }
     void recordDataPtrOnStream(const c10::DataPtr &, const c10::Stream &) const override {}
 
   private:

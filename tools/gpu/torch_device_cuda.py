@@ -5,10 +5,11 @@ Checks (each against the same model run by plain PyTorch on CUDA, which runs the
 so outputs must be equal bit for bit; the training reference in a process of its own, since a
 process with a PrivateUse1 backend cannot run a plain CUDA backward): an MLP's inference under
 Flow at a quarter of its weights (and under autocast), its training with AdamW under Flow, a
-small Llama's forward pass and greedy generation, a CNN's forward pass (cuDNN), attention with
-dropout (CUDA's efficient kernel) and over a learned bias, with their backward, a checkpointed
-region with dropout (its gradients those without checkpointing), and an LSTM and a GRU (close to
-cuDNN's, not equal: the device takes CUDA's fused cells). Then the
+small Llama's forward pass and greedy generation, a CNN's forward pass (cuDNN), waiting for the
+device (its kernels done on CUDA's stream), attention with dropout (CUDA's efficient kernel) and
+over a learned bias, with their backward, a checkpointed region with dropout (its gradients those
+without checkpointing), and an LSTM and a GRU (close to cuDNN's, not equal: the device takes
+CUDA's fused cells). Then the
 benchmark: a decoder of --layers Llama layers of width --width in fp16, a prefill of --prompt
 tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
@@ -172,6 +173,16 @@ def checks() -> None:
     check("attention with dropout (CUDA's efficient kernel)", torch.equal(got, ref),
           f"max |diff| {(got - ref).abs().max().item():.3g}")
     check("  its backward, reading the seed it returned", grads_finite)
+
+    # Waiting for the device waits for CUDA's stream, where the device's kernels run.
+    with residency.session(policy="flow", device="cuda", budget_bytes=1 << 30):
+        a = torch.randn(4096, 4096).to("tensorref")
+        for _ in range(8):
+            a = a @ a / 64
+        torch.tensorref.synchronize()
+        done = torch.cuda.current_stream().query()
+        del a
+    check("torch.tensorref.synchronize() waits for the kernels queued", done)
 
     # A learned attention bias (Swin's relative positions) requires grad: the device's choice of
     # kernel sees that, as CUDA's own does, and the kernel it takes gives the bias a gradient.

@@ -62,7 +62,7 @@ def _device_module() -> types.ModuleType:
     m.device_count = lambda: 1
     m.current_device = lambda: 0
     m.set_device = lambda device: None
-    m.synchronize = lambda device=None: None
+    m.synchronize = lambda device=None: torch.accelerator.synchronize()  # the guard waits for CUDA's stream
     # Ops draw with the compute device's generator (the CPU's on the simulated device), which
     # torch.manual_seed seeds already; it calls these too.
     m.manual_seed = m.manual_seed_all = lambda seed: None

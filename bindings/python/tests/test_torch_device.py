@@ -301,6 +301,24 @@ def test_torch_compile_with_an_eager_backend_runs_through_the_device():
     assert torch.equal(got, want)
 
 
+def test_code_that_waits_for_the_device_runs_unchanged():
+    """Timing code waits for the device before it stops a timer: `torch.tensorref.synchronize()`,
+    `torch.accelerator.synchronize()`, an event recorded after the work. On CUDA they wait for the
+    stream the device's kernels run on (tools/gpu/torch_device_cuda.py); here the work is done."""
+    with residency.session(policy="flow", budget_bytes=1 << 20):
+        a = torch.randn(64, 64).to("tensorref")
+        start, end = torch.Event(device="tensorref"), torch.Event(device="tensorref")
+        start.record()
+        b = a @ a
+        end.record()
+        torch.tensorref.synchronize()
+        torch.accelerator.synchronize()
+        end.synchronize()
+        assert end.query() and torch.accelerator.current_stream().query()
+        assert torch.equal(b.cpu(), a.cpu() @ a.cpu())
+        del a, b
+
+
 def test_errors_from_kernels_keep_their_type_and_words():
     a, b = torch.randn(2, 3).to("tensorref"), torch.randn(4, 5).to("tensorref")
     with residency.session(policy="flow", budget_bytes=1 << 20):
