@@ -14,7 +14,7 @@ def needed(error: Exception) -> int:
     return int(found.group(1))
 
 
-def raised_as_needed(run, budget: int, may_raise: bool = True):
+def raised_as_needed(run, budget: int, may_raise: bool):
     """`run(budget)` under a budget raised, op by op, to what the first op that cannot fit needs
     at once (only where `may_raise`). Returns its result and the budget it ran under."""
     for _ in range(8):

@@ -3,9 +3,9 @@ from small configs with seeded random weights, each reaching ops the models of
 test_torch_device_models.py do not (grouped-query and sliding-window attention, ALiBi, relative
 attention and position biases, state-space scans, mixtures of experts, encoder-decoders, audio
 and vision front ends, windowed attention over a learned bias). A forward pass under Flow at a
-quarter of its unmanaged peak (raised, op by op, where one op needs more), and three AdamW steps
-with dropout at half of it: the outputs and the losses equal the CPU's bit for bit, and the real
-peak never exceeds the budget."""
+quarter of its unmanaged peak (raised where one op needs more at once: RAISED says where), and
+three AdamW steps with dropout at half of it: the outputs and the losses equal the CPU's bit for
+bit, and the real peak never exceeds the budget."""
 import copy
 
 import numpy as np
@@ -71,6 +71,12 @@ MODELS = {
 }
 TRAINED = ["t5", "deberta_v2", "mamba", "qwen2_moe", "whisper", "swin", "hubert"]
 
+# Where a quarter of the peak is less than one op's working set, the forward pass's budget is
+# raised to it: Mamba's scan exponentiates its whole [batch, channels, length, state] tensor at
+# once (192 KiB of a 171 KiB quarter), Swin's and SegFormer's first convolutions read the image
+# and write the patches, HuBERT's positional convolution normalises its weight in one op.
+RAISED = {"mamba", "swin", "segformer", "hubert"}
+
 
 def _made(name):
     make, inputs = MODELS[name]
@@ -112,7 +118,7 @@ def test_a_forward_pass_equals_the_cpu_at_a_quarter_of_its_peak(name):
         with residency.session(policy="flow", budget_bytes=budget):
             return forward(), residency.stats(), residency.device_memory().peak
 
-    (out, s, real), budget = raised_as_needed(run, _peak(forward) // 4)
+    (out, s, real), budget = raised_as_needed(run, _peak(forward) // 4, name in RAISED)
     assert torch.equal(out, ref), f"max |diff| {(out - ref).abs().max().item()}"
     assert s.ops > 0 and s.evictions > 0 and real <= budget, (s, real, budget)
 
@@ -142,6 +148,7 @@ def test_adamw_steps_with_dropout_equal_the_cpu_at_half_the_peak(name):
         with residency.session(policy="flow", budget_bytes=budget):
             return _adamw_losses(model, inputs, "tensorref"), residency.stats(), residency.device_memory().peak
 
-    (got, s, real), budget = raised_as_needed(run, _peak(lambda: _adamw_losses(model, inputs, "tensorref")) // 2)
+    peak = _peak(lambda: _adamw_losses(model, inputs, "tensorref"))
+    (got, s, real), budget = raised_as_needed(run, peak // 2, False)
     assert got == ref
     assert s.evictions > 0 and real <= budget, (s, real, budget)
