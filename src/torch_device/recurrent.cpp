@@ -12,6 +12,9 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <tuple>
+#include <utility>
+
 namespace tr_device {
 namespace {
 
@@ -86,49 +89,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_
             std::move(grad_hidden_bias)};
 }
 
-// Each cell as the op's kernel: CUDA's through the fallback where the device computes on CUDA,
-// else the cell above over the op's arguments.
-void lstm_cell_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+// A cell as the kernel of its op (`Arguments` of them on the stack): CUDA's through the fallback
+// where the device computes on CUDA, else `cell` over the arguments, its results (a tuple) pushed
+// in their place.
+template <size_t Arguments, typename Cell> void cell_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack, Cell cell) {
     if (on_cuda()) {
         return fallback(op, stack);
     }
-    auto a = torch::jit::last(*stack, 5);
-    auto [hy, cy, workspace] = lstm_cell(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toOptional<at::Tensor>(),
-                                         a[4].toOptional<at::Tensor>());
-    torch::jit::drop(*stack, 5);
-    torch::jit::push(*stack, std::move(hy), std::move(cy), std::move(workspace));
+    auto results = cell(torch::jit::last(*stack, Arguments));
+    torch::jit::drop(*stack, Arguments);
+    std::apply([&](auto &&...r) { torch::jit::push(*stack, std::move(r)...); }, std::move(results));
+}
+
+void lstm_cell_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    cell_kernel<5>(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+        return lstm_cell(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toOptional<at::Tensor>(),
+                         a[4].toOptional<at::Tensor>());
+    });
 }
 
 void lstm_cell_backward_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-    if (on_cuda()) {
-        return fallback(op, stack);
-    }
-    auto a = torch::jit::last(*stack, 6);
-    auto [gates, cx, bias] = lstm_cell_backward(a[0].toOptional<at::Tensor>(), a[1].toOptional<at::Tensor>(), a[2].toTensor(),
-                                                a[3].toTensor(), a[4].toTensor(), a[5].toBool());
-    torch::jit::drop(*stack, 6);
-    torch::jit::push(*stack, std::move(gates), std::move(cx), std::move(bias));
+    cell_kernel<6>(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+        return lstm_cell_backward(a[0].toOptional<at::Tensor>(), a[1].toOptional<at::Tensor>(), a[2].toTensor(),
+                                  a[3].toTensor(), a[4].toTensor(), a[5].toBool());
+    });
 }
 
 void gru_cell_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-    if (on_cuda()) {
-        return fallback(op, stack);
-    }
-    auto a = torch::jit::last(*stack, 5);
-    auto [hy, workspace] = gru_cell(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toOptional<at::Tensor>(),
-                                    a[4].toOptional<at::Tensor>());
-    torch::jit::drop(*stack, 5);
-    torch::jit::push(*stack, std::move(hy), std::move(workspace));
+    cell_kernel<5>(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+        return gru_cell(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), a[3].toOptional<at::Tensor>(),
+                        a[4].toOptional<at::Tensor>());
+    });
 }
 
 void gru_cell_backward_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-    if (on_cuda()) {
-        return fallback(op, stack);
-    }
-    auto a = torch::jit::last(*stack, 3);
-    auto [input, hidden, hx, input_bias, hidden_bias] = gru_cell_backward(a[0].toTensor(), a[1].toTensor(), a[2].toBool());
-    torch::jit::drop(*stack, 3);
-    torch::jit::push(*stack, std::move(input), std::move(hidden), std::move(hx), std::move(input_bias), std::move(hidden_bias));
+    cell_kernel<3>(op, stack, [](c10::ArrayRef<c10::IValue> a) {
+        return gru_cell_backward(a[0].toTensor(), a[1].toTensor(), a[2].toBool());
+    });
 }
 
 } // namespace
