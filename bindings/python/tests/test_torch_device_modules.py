@@ -114,7 +114,9 @@ def test_a_recurrent_layer_runs_the_fused_cell_as_cuda_computes_it(name):
     with residency.session(policy="flow", budget_bytes=budget):
         got, got_grads = _forward_and_grads(module.to("tensorref"), x.to("tensorref"), call)
         s = residency.stats()
+        assert all(p.grad.device.type == "tensorref" for p in module.parameters())  # made by the cells' backward
     assert s.evictions > 0 and s.peak_device_bytes <= budget, s
+    assert s.pageable_copies == 0, s  # on a GPU, no copy would come from pageable memory
     assert len(got_grads) == len(grads)
     for mine, cpu in zip([got, *got_grads], [out, *grads]):
         torch.testing.assert_close(mine, cpu, rtol=1e-5, atol=1e-6)

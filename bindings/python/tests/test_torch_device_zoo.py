@@ -152,3 +152,4 @@ def test_adamw_steps_with_dropout_equal_the_cpu_at_half_the_peak(name):
     (got, s, real), budget = raised_as_needed(run, peak // 2, False)
     assert got == ref
     assert s.evictions > 0 and real <= budget, (s, real, budget)
+    assert s.pageable_copies == 0, s  # on a GPU, no copy would come from pageable memory
