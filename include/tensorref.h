@@ -1036,6 +1036,26 @@ tr_status tr_saved_unpack(void *saved, void **out_managed);
 tr_status tr_saved_free(void *saved);
 
 /**
+ * Adopts the saved-tensor hooks on the top of the calling thread's PyTorch hook stack
+ * (`at::SavedTensorDefaultHooks`, where `torch.autograd.graph.saved_tensors_hooks` pushes them):
+ * takes them off the stack, and from then on every call into the library from this thread has
+ * them pushed while it runs. So they apply to what the library's own ops save for backward, and
+ * not to what the program's torch code saves (whose autograd checks, and `torch.func`, which
+ * refuses to run under hooks, stay as without the library). Give them back with
+ * `tr_saved_hooks_return` before the context that pushed them exits. For a binding over
+ * PyTorch's Python engine, where the tensors the library's ops save reach `tr_saved_pack` only
+ * through such hooks. Errors: TR_ERR_TORCH (no hooks on the stack, or this thread adopted some
+ * already).
+ */
+tr_status tr_saved_hooks_adopt(void);
+
+/**
+ * Pushes the hooks `tr_saved_hooks_adopt` took on this thread back on its stack, where the
+ * context that pushed them pops them. No-op where this thread adopted none. Errors: TR_ERR_TORCH.
+ */
+tr_status tr_saved_hooks_return(void);
+
+/**
  * Loads every tensor of the safetensors file `path` (NUL-terminated UTF-8) into host memory.
  *
  * On success `tensors[i]` receives a new handle for the i-th tensor in file order (owned by this

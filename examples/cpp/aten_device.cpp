@@ -12,7 +12,8 @@
 // seen through the handle and the other way; the result handed back as a handle
 // (tr::from_aten) holds the same values; under autocast on the device (bfloat16) the products
 // run in bfloat16, equal to the same casts written out on the CPU; a tensor of another device is
-// refused; no handle is left at the end.
+// refused; libtorch's autograd on the device gives the CPU's gradient bit for bit and catches an
+// in-place write to a tensor it saved; no handle is left at the end.
 //
 //   make test-examples-native        (builds and runs it)
 #include <ATen/ATen.h>
@@ -21,6 +22,7 @@
 #include "tensorref_torch.hpp"
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 namespace {
@@ -123,6 +125,28 @@ int run() {
             refused = e.status() == TR_ERR_INVALID_ARG;
         }
         check(refused, "a CPU at::Tensor is refused as a handle of the device (TR_ERR_INVALID_ARG)");
+        residency.disable();
+    }
+    {  // libtorch's autograd on the device: what it saves for backward, the manager holds
+        tr::manual_seed(1);
+        tr::Tensor w_handle = tr::randn({kWidth, kWidth}) * (1.0 / 16);
+        tr::Tensor x_handle = tr::randn({kBatch, kWidth});
+        at::Tensor w_cpu = values_of(w_handle, {kWidth, kWidth}).requires_grad_();
+        at::relu(values_of(x_handle, {kBatch, kWidth}).matmul(w_cpu)).square().sum().backward();
+
+        tr::Residency residency(config);
+        at::Tensor w = tr::to_aten(w_handle).detach().requires_grad_();
+        at::relu(tr::to_aten(x_handle).matmul(w)).square().sum().backward();
+        check(at::equal(w.grad().cpu(), w_cpu.grad()), "a gradient through ATen on the device equals the CPU's, bit for bit");
+        at::Tensor y = w.sigmoid();  // sigmoid saves its result
+        y.mul_(2);
+        bool caught = false;
+        try {
+            y.sum().backward();
+        } catch (const std::exception& e) {
+            caught = std::string(e.what()).find("modified by an inplace operation") != std::string::npos;
+        }
+        check(caught, "an in-place write to a tensor autograd saved is caught at backward");
         residency.disable();
     }
     check(tr::live_handles() == live_at_start, "no handle is left");

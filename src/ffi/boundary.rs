@@ -4,6 +4,7 @@
 use super::handles::TrTensor;
 use crate::error::{panic_error, Error, Result, Status};
 use crate::registry::{TensorId, TensorIds};
+use crate::residency::python_hooks::Pushed;
 use std::cell::RefCell;
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -13,12 +14,23 @@ thread_local! {
 }
 
 /// Runs an `extern "C"` body: maps its error to a status and records the message for
-/// `tr_last_error`; a panic becomes `TR_ERR_PANIC` and never unwinds into C.
+/// `tr_last_error`; a panic becomes `TR_ERR_PANIC` and never unwinds into C. While it runs, the
+/// saved-tensor hooks a Python binding adopted on this thread are pushed (`Pushed`), so what the
+/// library's ops save for backward there reaches the manager.
 ///
 /// `AssertUnwindSafe` is sound here: registry updates complete before anything that can panic,
 /// and the registry lock recovers from poisoning (see `registry::lock`).
 #[inline(always)]
 pub(crate) fn call(f: impl FnOnce() -> Result<()>) -> Status {
+    call_unhooked(|| {
+        let _hooks = Pushed::new();
+        f()
+    })
+}
+
+/// `call` without pushing the adopted hooks: for the calls that adopt them and give them back.
+#[inline(always)]
+pub(crate) fn call_unhooked(f: impl FnOnce() -> Result<()>) -> Status {
     // The result becomes a status inside the unwind guard, so only a status crosses it: moving
     // the whole result out made every call copy the error's bytes before testing for one (a
     // wide load over the callee's one-byte store, which stalls).

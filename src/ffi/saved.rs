@@ -1,9 +1,10 @@
 //! Saved tensors for a host language's own autograd engine. Where libtorch's engine runs
 //! backward, the library's engine hooks hand every tensor autograd saves to the residency
 //! manager by themselves. PyTorch's Python engine (in a Python process that imported torch) asks
-//! its own hook stack instead; the Python binding pushes hooks there that call these functions.
+//! its own hook stack instead; the Python binding makes hooks that call these functions, and the
+//! library pushes them there only while its own calls run (`tr_saved_hooks_adopt`).
 
-use super::boundary::{call, out_arg};
+use super::boundary::{call, call_unhooked, out_arg};
 use crate::error::{Error, Status};
 use crate::interop::dlpack;
 use crate::residency::{self, Saved};
@@ -61,4 +62,26 @@ pub extern "C" fn tr_saved_free(saved: *mut c_void) -> Status {
         }
         Ok(())
     })
+}
+
+/// Adopts the saved-tensor hooks on the top of the calling thread's PyTorch hook stack
+/// (`at::SavedTensorDefaultHooks`, where `torch.autograd.graph.saved_tensors_hooks` pushes them):
+/// takes them off the stack, and from then on every call into the library from this thread has
+/// them pushed while it runs. So they apply to what the library's own ops save for backward, and
+/// not to what the program's torch code saves (whose autograd checks, and `torch.func`, which
+/// refuses to run under hooks, stay as without the library). Give them back with
+/// `tr_saved_hooks_return` before the context that pushed them exits. For a binding over
+/// PyTorch's Python engine, where the tensors the library's ops save reach `tr_saved_pack` only
+/// through such hooks. Errors: TR_ERR_TORCH (no hooks on the stack, or this thread adopted some
+/// already).
+#[no_mangle]
+pub extern "C" fn tr_saved_hooks_adopt() -> Status {
+    call_unhooked(|| Ok(crate::residency::python_hooks::adopt()?))
+}
+
+/// Pushes the hooks `tr_saved_hooks_adopt` took on this thread back on its stack, where the
+/// context that pushed them pops them. No-op where this thread adopted none. Errors: TR_ERR_TORCH.
+#[no_mangle]
+pub extern "C" fn tr_saved_hooks_return() -> Status {
+    call_unhooked(|| Ok(crate::residency::python_hooks::give_back()?))
 }

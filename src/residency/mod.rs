@@ -42,7 +42,7 @@ pub(crate) use self::core::ticket::Ticket;
 pub(crate) use self::core::torch_storage;
 pub(crate) use self::core::cache_lines;
 pub(crate) use self::core::id_map::IdMap;
-pub(crate) use training::autograd;
+pub(crate) use training::{autograd, python_hooks};
 pub(crate) use self::core::room::with_room;
 
 use crate::error::{Error, Result};

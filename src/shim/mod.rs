@@ -1,14 +1,14 @@
 //! How the C++ shims reach Rust: each `.cpp` file sits beside the Rust module that wraps it
 //! (src/residency/core/torch_storage.cpp and outputs.cpp, src/residency/device/cuda.cpp and
-//! memory.cpp, src/residency/training/autograd.cpp, src/ops/kernels.cpp and random.cpp, the
-//! kernels generated from libtorch's schema in src/ops/aten/generated (with args.h and
-//! outputs.cpp beside their module), src/interop/dlpack.cpp, src/torch_device/device.cpp,
-//! kernels.cpp and replay.cpp), built by build.rs against the wheel's headers. C++ that walks an
-//! op's boxed values shares `ivalue_tensors.h` here. The `tensorref` device's C++ also calls back into Rust, through
-//! a table of functions it is given at registration (src/torch_device/mod.rs). Tensors cross as
-//! `at::Tensor*`; every shim returns 0, or 1 with libtorch's message in a caller's buffer
-//! (`guarded.h` here), which becomes a `TchError`, so the wrappers work inside op bodies as tch's
-//! own `f_*` calls do.
+//! memory.cpp, src/residency/training/autograd.cpp and python_hooks.cpp, src/ops/kernels.cpp
+//! and random.cpp, the kernels generated from libtorch's schema in src/ops/aten/generated (with
+//! args.h and outputs.cpp beside their module), src/interop/dlpack.cpp, and the `tensorref`
+//! device's files in src/torch_device), built by build.rs against the wheel's headers. C++ that
+//! walks an op's boxed values shares `ivalue_tensors.h` here. The `tensorref` device's C++ also
+//! calls back into Rust, through a table of functions it is given at registration
+//! (src/torch_device/mod.rs). Tensors cross as `at::Tensor*`; every shim returns 0, or 1 with
+//! libtorch's message in a caller's buffer (`guarded.h` here), which becomes a `TchError`, so the
+//! wrappers work inside op bodies as tch's own `f_*` calls do.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use tch::TchError;

@@ -898,6 +898,10 @@ static void saved_tensor_functions_check_their_arguments(void) {
     CHECK(tr_saved_unpack(NULL, &managed) == TR_ERR_NULL_ARG);
     CHECK(token == NULL && managed == NULL); /* outputs are written only on success */
     CHECK_OK(tr_saved_free(NULL));
+    /* A C program has no PyTorch hooks on its stack to adopt, and none to give back. */
+    CHECK(tr_saved_hooks_adopt() == TR_ERR_TORCH);
+    CHECK(strstr(tu_last_error(), "no saved-tensor hooks") != NULL);
+    CHECK_OK(tr_saved_hooks_return());
 }
 
 /* ------------------------------------------------------------------ process exit */

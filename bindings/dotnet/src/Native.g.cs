@@ -469,6 +469,10 @@ namespace TensorRef
         internal static extern Status tr_saved_unpack(IntPtr saved, out IntPtr out_managed);
         [DllImport(Lib, EntryPoint = "tr_saved_free", ExactSpelling = true)]
         internal static extern Status tr_saved_free(IntPtr saved);
+        [DllImport(Lib, EntryPoint = "tr_saved_hooks_adopt", ExactSpelling = true)]
+        internal static extern Status tr_saved_hooks_adopt();
+        [DllImport(Lib, EntryPoint = "tr_saved_hooks_return", ExactSpelling = true)]
+        internal static extern Status tr_saved_hooks_return();
         [DllImport(Lib, EntryPoint = "tr_weights_load", ExactSpelling = true)]
         internal static extern Status tr_weights_load(byte[] path, ulong[] tensors, UIntPtr tensors_len, byte[] names, UIntPtr names_len, out UIntPtr out_count, out UIntPtr out_names_len);
         [DllImport(Lib, EntryPoint = "tr_torch_device_register", ExactSpelling = true)]

@@ -263,6 +263,8 @@ def signatures(T) -> dict:
         'tr_saved_pack': (c_int32, (c_void_p, POINTER(c_void_p))),
         'tr_saved_unpack': (c_int32, (c_void_p, POINTER(c_void_p))),
         'tr_saved_free': (c_int32, (c_void_p,)),
+        'tr_saved_hooks_adopt': (c_int32, ()),
+        'tr_saved_hooks_return': (c_int32, ()),
         'tr_weights_load': (c_int32, (c_char_p, POINTER(T), c_size_t, POINTER(c_char), c_size_t, POINTER(c_size_t), POINTER(c_size_t))),
         'tr_torch_device_register': (c_int32, ()),
         'tr_torch_device_tensor': (c_int32, (T, POINTER(c_void_p))),

@@ -278,6 +278,29 @@ def test_checkpointing_keeps_the_generator_the_device_draws_from(reentrant):
         assert not torch.equal(inside, torch.tensorref.get_rng_state())
 
 
+def test_autograd_s_checks_and_torch_func_hold_on_the_device_in_a_session():
+    """The device's ops save for backward as any device's do (the manager's saved-tensor hooks
+    are pushed only while the library's own calls run): an in-place write to a saved tensor is
+    caught at backward, and torch.func's transforms, which refuse to run under such hooks,
+    compute what they compute on the CPU."""
+    torch.manual_seed(0)
+    w, x = torch.randn(8, 8), torch.randn(4, 8)
+
+    def loss(w, x):
+        return torch.tanh(x @ w).square().sum()
+
+    want = torch.func.grad(loss)(w, x), torch.func.jacrev(lambda w: torch.tanh(x @ w))(w)
+    with residency.session(policy="flow", budget_bytes=1 << 16):
+        wd, xd = w.to("tensorref"), x.to("tensorref")
+        got = torch.func.grad(loss)(wd, xd), torch.func.jacrev(lambda w: torch.tanh(xd @ w))(wd)
+        assert all(g.device.type == "tensorref" and torch.equal(g.cpu(), e) for g, e in zip(got, want))
+        y = wd.detach().requires_grad_().sigmoid()  # sigmoid saves its result
+        y.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+        assert residency.stats().ops > 0
+
+
 def test_torch_compile_with_an_eager_backend_runs_through_the_device():
     """Dynamo traces the model with fake tensors of the device (attention asks the device for its
     kernel as it traces) and the graph's ops run through the manager. Inductor generates code only

@@ -164,6 +164,30 @@ def test_an_in_place_write_to_a_saved_tensor_is_caught_at_backward():
             y.sum().backward()
 
 
+def test_what_torch_code_saves_in_a_session_is_saved_as_without_it():
+    """The manager's hooks are on PyTorch's stack only while a call into the library runs: the
+    program's own autograd keeps its saved tensors, its in-place check in its own words, and
+    torch.func, which refuses to run under saved-tensor hooks."""
+    x = torch.linspace(-1, 1, 64).reshape(8, 8).requires_grad_()
+
+    def f(x):
+        return (x.sin() @ x).tanh().sum()
+
+    want = torch.func.grad(f)(x)
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+        y = x.exp()  # exp saves its result
+        assert tr.residency.stats().ops == 0  # the manager took nothing of it
+        y.mul_(2)
+        with pytest.raises(RuntimeError, match="^one of the variables needed for gradient computation"):
+            y.sum().backward()
+        assert torch.equal(torch.func.grad(f)(x), want)
+        assert torch.equal(torch.func.vjp(f, x)[1](torch.tensor(1.0))[0], want)
+        with tr.scope():  # and the library's own ops still hand theirs to the manager
+            t = tr.from_numpy(np.ones((4, 4), np.float32)).requires_grad_(True)
+            t.exp().sum().backward()
+        assert tr.residency.stats().ops > 0
+
+
 def test_torch_code_in_a_session_still_trains_as_without_it():
     plain = train_torch()
     with tr.residency.session(policy="flow", budget_bytes=BUDGET):

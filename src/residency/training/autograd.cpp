@@ -65,8 +65,8 @@ struct PassGrad : public torch::autograd::Node {
 // holds only Python objects; registering hooks on each node's saved variables after the op has no
 // C++ API that reaches them; keeping the tensors autograd saves out of the manager leaves them on
 // the device, outside the budget, until backward. Where PyTorch's Python engine is already the
-// default, it is left alone: the Python binding pushes hooks on its stack that call tr_saved_pack
-// (src/ffi/saved.rs).
+// default, it is left alone: the Python binding makes hooks that call tr_saved_pack
+// (src/ffi/saved.rs), which python_hooks.cpp pushes on its stack while the library's calls run.
 
 // A saved tensor in the manager's hands: pack gets a new at::Tensor* and returns a token (null on
 // an error, with the message in `err`); unpack writes a new at::Tensor* for a token; free drops it.

@@ -6,6 +6,7 @@
 pub(super) mod costs;
 pub(crate) mod autograd;
 pub(super) mod grads;
+pub(crate) mod python_hooks;
 pub(super) mod recipe;
 pub(super) mod recompute;
 pub(super) mod saved;

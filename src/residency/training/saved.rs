@@ -22,8 +22,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// through the C ABI (`tr_saved_pack`, src/ffi/saved.rs).
 pub(crate) enum Saved {
     /// Kept as it is (its data: an op's saved result would otherwise hold its own node, which
-    /// holds this): no manager moves data, or it is not on the compute device.
-    Kept(tch::Tensor),
+    /// holds this), and the version of its data when it was saved: a tensor of the `tensorref`
+    /// device (already the manager's), or no manager moves data, or it is not on the compute
+    /// device.
+    Kept { tensor: tch::Tensor, version: u32 },
     /// A view of a managed storage, the version of its data when it was saved, and where the
     /// schedule log stood (which op saved it), if one is kept.
     Managed { entry: Entry, version: u32, logged_at: Option<usize> },
@@ -62,11 +64,11 @@ impl Manager {
 
 /// Takes a tensor autograd saves for backward.
 pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
+    let version = crate::residency::autograd::version(&t);
     if !t.defined() || crate::residency::torch_storage::on_tensorref_device(&t) {
-        return Ok(Saved::Kept(t));
+        return Ok(Saved::Kept { tensor: t, version });
     }
     if active() {
-        let version = crate::residency::autograd::version(&t);
         let saved = crate::residency::with_room(|| {
             with(|m| {
                 let entry = m.save(&t)?;
@@ -79,26 +81,22 @@ pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
             return Ok(Saved::Managed { entry, version, logged_at });
         }
     }
-    Ok(Saved::Kept(t.f_detach()?))
+    Ok(Saved::Kept { tensor: t.f_detach()?, version })
 }
 
 impl Saved {
-    /// The saved tensor for backward: its device copy, loaded if it was evicted.
+    /// The saved tensor for backward: its device copy, loaded if it was evicted. Fails as
+    /// libtorch does where an in-place write changed it since it was saved (libtorch leaves that
+    /// check to the hooks that hold the data).
     pub(crate) fn unpack(&self) -> Result<tch::Tensor> {
         let (entry, version, logged_at) = match self {
-            Saved::Kept(t) => return Ok(t.shallow_clone()),
+            Saved::Kept { tensor, version } => {
+                unchanged(tensor, *version)?;
+                return Ok(tensor.shallow_clone());
+            }
             Saved::Managed { entry, version, logged_at } => (entry, *version, *logged_at),
         };
-        let now = crate::residency::autograd::version(entry);
-        if now != version {
-            // libtorch's own check and words, and its status: as without a manager.
-            return Err(Error::Torch(format!(
-                "one of the variables needed for gradient computation has been modified by an inplace operation: \
-                 [{:?} {:?}] is at version {now}; expected version {version} instead",
-                entry.kind(),
-                entry.size()
-            )));
-        }
+        unchanged(entry, version)?;
         if !active() {
             // The manager was turned off since: the data is home.
             return Ok(crate::residency::readable(entry)?.shallow_clone());
@@ -109,6 +107,21 @@ impl Saved {
         crate::residency::wait_all(owed)?;
         Ok(view)
     }
+}
+
+/// Whether `t` is at the version it was saved at: libtorch's own check and words, and its
+/// status, as without a manager.
+fn unchanged(t: &tch::Tensor, saved: u32) -> Result<()> {
+    let now = crate::residency::autograd::version(t);
+    if now == saved {
+        return Ok(());
+    }
+    Err(Error::Torch(format!(
+        "one of the variables needed for gradient computation has been modified by an inplace operation: \
+         [{:?} {:?}] is at version {now}; expected version {saved} instead",
+        t.kind(),
+        t.size()
+    )))
 }
 
 /// The engine's pack hook: takes a new `at::Tensor*`; returns a token, or null with a message.
