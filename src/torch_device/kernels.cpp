@@ -47,6 +47,35 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
     return at::detail::empty_strided_generic(size, stride, allocator(), kKeys, c10::dtype_or_default(dtype));
 }
 
+// The device the kernels run on: the manager's CUDA device, or the host (the simulated device).
+c10::Device compute_device() {
+    const int cuda = callbacks->accelerator();
+    return cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
+}
+
+// A tensor of `device` with the geometry and dtype of `like` and no memory, its dispatch keys the
+// device's and `extra`.
+at::Tensor memoryless(const at::Tensor &like, c10::Device device, c10::DispatchKeySet extra) {
+    c10::Storage none(c10::Storage::use_byte_size_t(), like.storage().nbytes(), c10::DataPtr(nullptr, device), nullptr, false);
+    const auto key = c10::computeDispatchKey(like.scalar_type(), like.layout(), device);
+    at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(none), c10::DispatchKeySet(key) | extra, like.dtype());
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+    return t;
+}
+
+// Zeros with no memory (libtorch's ZeroTensor: forward-mode AD's tangents, which `torch.func`'s
+// jvp, jacfwd and hessian make), as CUDA makes them: ops read them as zeros without loading
+// anything, their views are ZeroTensors too, and the fallback hands them to the compute device's
+// kernel as ZeroTensors of that device (`push_arguments`).
+constexpr c10::DispatchKeySet kZero{c10::DispatchKey::ZeroTensor};
+
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                                 std::optional<c10::Device>, std::optional<bool> pin_memory) {
+    check_options(layout, pin_memory);
+    at::native::ZeroTensorAllocator none(c10::Device(kDevice, 0));
+    return at::detail::empty_generic(size, &none, kKeys | kZero, c10::dtype_or_default(dtype), std::nullopt);
+}
+
 at::Tensor as_strided(const at::Tensor &self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
                       std::optional<c10::SymInt> storage_offset) {
     return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
@@ -157,7 +186,8 @@ bool shallow_copy_compatible(const at::Tensor &self, const at::Tensor &from) {
 
 struct Input {
     at::Tensor tensor;    // the op's argument, of this device
-    at::Tensor view;      // its device copy, as the kernel sees it
+    at::Tensor view;      // its device copy, as the kernel sees it (a ZeroTensor of the compute
+                          // device for one of this device)
     const void *memory;   // where the view's memory was before the kernel
 };
 using Inputs = c10::SmallVector<Input, 4>; // an op's, on its stack: most ops have few
@@ -171,7 +201,8 @@ at::Tensor back_to_device(const at::Tensor &out, const Inputs &inputs) {
         }
     }
     for (const auto &in : inputs) {
-        if (out.storage().data() == in.view.storage().data() && out.device() == in.view.device() && out.storage().nbytes() > 0) {
+        if (out.storage().data() == in.view.storage().data() && out.device() == in.view.device() && out.storage().nbytes() > 0 &&
+            !in.view._is_zerotensor()) {
             return tensor_over(in.tensor.storage(), out);
         }
     }
@@ -254,6 +285,10 @@ Inputs push_arguments(Attempt &a, const c10::FunctionSchema &schema, const std::
                     return in.view; // given twice: the same view, as libtorch's overlap checks expect
                 }
             }
+            if (t._is_zerotensor()) { // nothing to load: the compute device's kernel reads it as zeros
+                inputs.push_back({t, memoryless(t, compute_device(), kZero), nullptr});
+                return inputs.back().view;
+            }
             at::Tensor view = a.acquire(t);
             const void *memory = view.storage().data();
             inputs.push_back({t, std::move(view), memory});
@@ -292,7 +327,9 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const Inp
                 return t;
             }
             at::Tensor back = back_to_device(t, inputs);
-            if (!ours(back)) {
+            if (!ours(back) && back._is_zerotensor()) {
+                back = memoryless(back, c10::Device(kDevice, 0), kZero);
+            } else if (!ours(back)) {
                 fresh.push_back(back);
             }
             all_fresh = all_fresh && !ours(back);
@@ -356,12 +393,16 @@ void run_as(const c10::OperatorHandle &op, const c10::OperatorHandle &kernel, Ad
         if (a.reserves()) {
             a.reserve(tr_native::output_bytes(kernel, *stack, first).value_or(0));
         }
+        // An op over zeros with no memory is not made again: they have no home a recipe could name.
+        const bool reads_zeros = std::any_of(inputs.begin(), inputs.end(), [](const Input &in) { return in.tensor._is_zerotensor(); });
         std::vector<at::Tensor> sources;
-        std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(kernel, args, *stack, first, sources) : nullptr;
+        std::unique_ptr<Replay> replay = a.recomputes() && !reads_zeros ? replay_of(kernel, args, *stack, first, sources) : nullptr;
         a.kernel([&] { kernel.callBoxed(stack); });
         place_outputs(a, stack, first, inputs, std::move(replay), sources);
         for (Input &in : inputs) {
-            tr_native::give_back(std::move(in.view));
+            if (!in.tensor._is_zerotensor()) { // a copy's view, kept for the next op's (op_views.h)
+                tr_native::give_back(std::move(in.view));
+            }
         }
     });
 }
@@ -498,10 +539,7 @@ void histc(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
 // A tensor of `device` with the geometry, dtype and `requires_grad` of `t`, and no memory: what
 // a question about a tensor's shape asks of it.
 at::Tensor stand_in(const at::Tensor &t, c10::Device device) {
-    c10::Storage none(c10::Storage::use_byte_size_t(), t.storage().nbytes(), c10::DataPtr(nullptr, device), nullptr, false);
-    const auto key = c10::computeDispatchKey(t.scalar_type(), t.layout(), device);
-    at::Tensor s = at::detail::make_tensor<c10::TensorImpl>(std::move(none), c10::DispatchKeySet(key), t.dtype());
-    s.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    at::Tensor s = memoryless(t, device, {});
     if (t.requires_grad()) {
         s.set_requires_grad(true);
     }
@@ -518,8 +556,7 @@ at::Tensor stand_in(const at::Tensor &t, c10::Device device) {
 // torch.compile traces with fake tensors, the choice is still the one the device makes eagerly.
 int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask,
                    double dropout, bool causal, std::optional<double> scale, bool gqa) {
-    const int cuda = callbacks->accelerator();
-    const c10::Device device = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
+    const c10::Device device = compute_device();
     const c10::DeviceGuard on(device);
     const c10::impl::ExcludeDispatchKeyGuard no_modes(
         c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
@@ -537,6 +574,7 @@ void register_kernels() {
     static auto *aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     aten->impl("empty.memory_format", TORCH_FN(empty_memory_format));
     aten->impl("empty_strided", TORCH_FN(empty_strided));
+    aten->impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
     aten->impl("as_strided", TORCH_FN(as_strided));
     aten->impl("view", TORCH_FN(view));
     aten->impl("_reshape_alias", TORCH_FN(reshape_alias));

@@ -236,6 +236,28 @@ def checks() -> None:
         check("  its backward; room for every output made before its kernel", s.output_bytes_unreserved == 0,
               f"unreserved {s.output_bytes_unreserved}")
 
+    # Forward-mode AD's zero tangents are ZeroTensors of the device, which CUDA's kernels read
+    # as zeros (with no memory); an in-place write to a saved tensor is caught at backward.
+    torch.manual_seed(0)
+    x = torch.randn(64)
+
+    def f(x):
+        return (x.sin() * x).exp().sum()
+
+    ref = torch.func.hessian(f)(x.cuda()).cpu()
+    with residency.session(policy="flow", device="cuda", budget_bytes=1 << 20):
+        got = torch.func.hessian(f)(x.to("tensorref")).cpu()
+        y = x.to("tensorref").requires_grad_().sigmoid()
+        y.mul_(2)
+        try:
+            y.sum().backward()
+            caught = False
+        except RuntimeError as e:
+            caught = "modified by an inplace operation" in str(e)
+    check("torch.func.hessian (forward over reverse) equal to CUDA's", torch.equal(got, ref),
+          f"max |diff| {(got - ref).abs().max().item():.3g}")
+    check("an in-place write to a saved tensor is caught at backward", caught)
+
 
 def timed(fn) -> tuple[float, object]:
     torch.cuda.synchronize()

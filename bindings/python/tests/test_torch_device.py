@@ -301,6 +301,36 @@ def test_autograd_s_checks_and_torch_func_hold_on_the_device_in_a_session():
         assert residency.stats().ops > 0
 
 
+@pytest.mark.parametrize("recompute", ["off", "always"])
+def test_forward_mode_autograd_runs_on_zeros_with_no_memory(recompute):
+    """Forward-mode AD makes its zero tangents as libtorch's ZeroTensor (`_efficientzerotensor`):
+    on the device, as on CUDA, zeros with no memory, which no op loads (they had a null home,
+    read at the next op: a crash)."""
+    torch.manual_seed(0)
+    x, t = torch.randn(6), torch.randn(6)
+
+    def f(x):
+        return (x.sin() * x).exp().sum()
+
+    def all_of(x, t):
+        import torch.autograd.forward_ad as fwAD
+        with fwAD.dual_level():  # forward over backward, as `hessian` composes them
+            d = fwAD.make_dual(x.clone().requires_grad_(), t)
+            g, = torch.autograd.grad(f(d), d, create_graph=True)
+            tangent = fwAD.unpack_dual(g).tangent
+        return (torch.func.hessian(f)(x), torch.func.jacfwd(torch.sin)(x), torch.func.jvp(f, (x,), (t,))[1], tangent)
+
+    want = all_of(x, t)
+    with residency.session(policy="flow", budget_bytes=1 << 16, recompute=recompute):
+        got = all_of(x.to("tensorref"), t.to("tensorref"))
+        assert all(g.device.type == "tensorref" and torch.equal(g.cpu(), w) for g, w in zip(got, want))
+        before = residency.stats().device_bytes
+        z = torch._efficientzerotensor(1 << 20, device="tensorref")  # 4 MiB of zeros, under 64 KiB
+        assert z._is_zerotensor() and z[2:].view(-1, 2)._is_zerotensor()
+        assert torch.dot(z[:6], x.to("tensorref")).item() == 0 and torch.equal((z[:6] + 1).cpu(), torch.ones(6))
+        assert torch.equal(z[:6].cpu(), torch.zeros(6)) and residency.stats().device_bytes == before
+
+
 def test_torch_compile_with_an_eager_backend_runs_through_the_device():
     """Dynamo traces the model with fake tensors of the device (attention asks the device for its
     kernel as it traces) and the graph's ops run through the manager. Inductor generates code only
