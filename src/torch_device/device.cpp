@@ -144,11 +144,23 @@ c10::Storage storage_over(const Entry *home, size_t nbytes) {
                                                               allocator(), /*resizable=*/true));
 }
 
+// `view` with the conjugate and negative bits of `t` (a view with either is never kept for
+// another op: op_views.cpp).
+static at::Tensor with_bits_of(at::Tensor view, const at::Tensor &t) {
+    if (t.is_conj()) {
+        view._set_conj(true);
+    }
+    if (t.is_neg()) {
+        view._set_neg(true);
+    }
+    return view;
+}
+
 at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like) {
     auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                       like.dtype());
     t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-    return t;
+    return with_bits_of(std::move(t), like);
 }
 
 void grow(const c10::Storage &storage, const c10::Storage &grown) {
@@ -171,7 +183,7 @@ at::Tensor Attempt::acquire(const at::Tensor &t) {
     at::Tensor copy = std::move(*view);
     delete view;
     if (!write) {
-        return copy;
+        return with_bits_of(std::move(copy), t);
     }
     auto found = std::find_if(aliases_.begin(), aliases_.end(), [&](const auto &a) { return a.first == storage; });
     if (found == aliases_.end()) {
@@ -188,7 +200,7 @@ at::Tensor Attempt::acquire(const at::Tensor &t) {
     auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(found->second), copy.key_set(), copy.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(copy.sizes(), copy.strides(), copy.storage_offset());
     tr_native::give_back(std::move(copy));
-    return alias;
+    return with_bits_of(std::move(alias), t);
 }
 
 bool Attempt::recomputes() const { return callbacks->recomputes(ticket_) != 0; }

@@ -78,7 +78,8 @@ at::Tensor unheld_home(const at::Tensor &t);
 // A storage of this device over `home` (whose reference it takes) of `nbytes` bytes.
 c10::Storage storage_over(const Entry *home, size_t nbytes);
 
-// A tensor of this device over `storage` with the dtype and geometry of `like`.
+// A tensor of this device over `storage` with the dtype, geometry and conjugate and negative bits
+// of `like`.
 at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like);
 
 // Gives `storage` (of this device) the memory of `grown`, a larger one, as libtorch grows a
@@ -99,7 +100,8 @@ class Attempt {
     // Declares that the op writes `t` (before any input is acquired).
     void writes(const at::Tensor &t);
 
-    // The device copy of `t`'s storage, viewed as `t`. Inputs over a storage the op writes all
+    // The device copy of `t`'s storage, viewed as `t`, its conjugate and negative bits too (the
+    // kernels of `mm`, `dot`, `copy_` ... read them). Inputs over a storage the op writes all
     // view one StorageImpl of their own over the copy's memory: libtorch's overlap checks see
     // them as one storage, as on the CPU, and a kernel that resizes an out= argument moves that
     // one to new memory, never the manager's copy.

@@ -626,6 +626,16 @@ void register_kernels() {
             aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
         }
     }
+    // libtorch copies to and from a device it has no copy kernel for through `_copy_from`, whose
+    // conjugate and negative bits its Conjugate and Negative fallbacks resolve first, by a clone,
+    // itself a copy through `_copy_from` (a loop without end: a stack overflow). They pass it on
+    // here with its bits, which the device's copy reads (Attempt::acquire). Only devices outside
+    // libtorch (this one) reach `_copy_from`.
+    for (const auto key : {c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}) {
+        auto *bits = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
+        bits->impl("_copy_from", torch::CppFunction::makeFallthrough());
+        bits->impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+    }
     static auto *all = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     all->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }

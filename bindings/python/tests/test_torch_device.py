@@ -331,6 +331,32 @@ def test_forward_mode_autograd_runs_on_zeros_with_no_memory(recompute):
         assert torch.equal(z[:6].cpu(), torch.zeros(6)) and residency.stats().device_bytes == before
 
 
+LAZY_BITS = {  # ops on tensors with a conjugate or negative bit: a lazy conj() or neg view
+    "mm": lambda a, b: a @ b.conj(), "adjoint": lambda a, b: a @ b.mH, "addmm": lambda a, b: torch.addmm(a, a, b.conj()),
+    "vdot": lambda a, b: torch.vdot(a[0], b[1].conj()), "dot": lambda a, b: torch.dot(a[0], b[1].conj()),
+    "mul": lambda a, b: a.conj() * 2, "resolve_conj": lambda a, b: a.conj().resolve_conj(),
+    "copy_ into a conj view": lambda a, b: (lambda t: (t.conj().copy_(b), t)[1])(a.clone()),
+    "copy_ from a conj view": lambda a, b: a.clone().copy_(b.conj()), "in place on a conj view": lambda a, b: a.conj().mul_(2),
+    "neg view": lambda a, b: torch.mm(a, torch._neg_view(b)),
+    "gradient": lambda a, b: (lambda x: torch.autograd.grad((x @ b.conj()).abs().sum(), x)[0])(a.detach().requires_grad_()),
+}
+
+
+@pytest.mark.parametrize("op", list(LAZY_BITS))
+def test_complex_tensors_with_lazy_conjugation_compute_as_on_the_cpu(op):
+    """libtorch's `conj()` and negative views only set a bit, which the kernels of `mm`, `dot`,
+    `copy_` ... read: the device hands the bits on to its kernels and keeps those of the results
+    (`vdot` returns a conjugate view). Before, a copy from a conj view looped until the stack ran
+    out, and `vdot` lost its result's bit."""
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 3, dtype=torch.cfloat), torch.randn(3, 3, dtype=torch.cfloat)
+    with residency.session(policy="flow", budget_bytes=1 << 16):
+        got = LAZY_BITS[op](a.to("tensorref"), b.to("tensorref"))
+        assert got.device.type == "tensorref"
+        got = got.cpu()
+    assert torch.equal(got.resolve_conj(), LAZY_BITS[op](a, b).resolve_conj())
+
+
 def test_torch_compile_with_an_eager_backend_runs_through_the_device():
     """Dynamo traces the model with fake tensors of the device (attention asks the device for its
     kernel as it traces) and the graph's ops run through the manager. Inductor generates code only
