@@ -286,6 +286,16 @@ pub(crate) fn cuda_index() -> Option<usize> {
     }
 }
 
+/// Starts the peak of device bytes (`ResidencyStats::peak_device_bytes`) again from the bytes
+/// held now (`torch.accelerator.reset_peak_memory_stats()` on the `tensorref` device). No-op
+/// without a manager.
+pub(crate) fn restart_peak() -> Result<()> {
+    if let Some(m) = lock()?.as_mut() {
+        m.stats.peak_device_bytes = m.stats.device_bytes;
+    }
+    Ok(())
+}
+
 /// How many bytes of tensors one op over lists of parameters (a foreach or fused optimizer step)
 /// may read, where a budget bounds what an op may hold (a manager that moves data, under Genoa
 /// or Flow): a quarter of the budget, so that its inputs, its results and the copies it

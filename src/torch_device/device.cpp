@@ -8,10 +8,14 @@
 #include "../residency/core/op_views.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <utility>
 
@@ -45,7 +49,18 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     c10::Allocator *getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
 };
 
-struct HomeAllocator final : c10::Allocator {
+// CUDA's caching allocator, where the device computes on CUDA.
+c10::DeviceAllocator *cuda_allocator() {
+    return callbacks->accelerator() < 0 ? nullptr : dynamic_cast<c10::DeviceAllocator *>(c10::GetAllocator(c10::kCUDA));
+}
+
+// A storage's memory is a host home (`allocate`). As libtorch's device allocator it reports the
+// manager's memory, which `torch.accelerator`'s memory functions read: allocated, the bytes of
+// the manager's device copies (its peak restarted by resetting the peak stats); reserved, CUDA's
+// caching allocator's (the allocated bytes on the simulated device, which keeps no cache); the
+// memory's total, the budget (else the compute device's memory), its free part what the copies
+// leave of it. Emptying the cache empties CUDA's.
+struct HomeAllocator final : c10::DeviceAllocator {
     c10::DataPtr allocate(size_t nbytes) override {
         at::Tensor host = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte));
         return home_ptr(callbacks->adopt(new at::Tensor(std::move(host))));
@@ -53,6 +68,47 @@ struct HomeAllocator final : c10::Allocator {
     c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
     void copy_data(void *, const void *, std::size_t) const override {
         TORCH_CHECK(false, "tensorref storages are copied by ops (copy_), not byte for byte");
+    }
+
+    bool initialized() override { return true; }
+    void emptyCache(c10::MempoolId_t pool) override {
+        if (auto *cuda = cuda_allocator()) {
+            cuda->emptyCache(pool);
+        }
+    }
+    void recordStream(const c10::DataPtr &, c10::Stream) override {} // one stream (Guard)
+    c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex) override {
+        const Memory m = memory(false);
+        c10::CachingDeviceAllocator::DeviceStats stats;
+        const auto all = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+        for (auto *stat : {&stats.allocated_bytes[all], &stats.active_bytes[all], &stats.requested_bytes[all]}) {
+            stat->current = static_cast<int64_t>(m.allocated);
+            stat->peak = static_cast<int64_t>(m.peak_allocated);
+        }
+        const bool cuda = callbacks->accelerator() >= 0;
+        stats.reserved_bytes[all].current = static_cast<int64_t>(cuda ? m.reserved : m.allocated);
+        stats.reserved_bytes[all].peak = static_cast<int64_t>(cuda ? m.peak_reserved : m.peak_allocated);
+        return stats;
+    }
+    void resetAccumulatedStats(c10::DeviceIndex) override {}
+    void resetPeakStats(c10::DeviceIndex) override { memory(true); }
+    std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex) override {
+        const Memory m = memory(false);
+        size_t total = m.budget;
+        if (total == 0) {
+            auto *cuda = cuda_allocator();
+            total = cuda != nullptr ? cuda->getMemoryInfo(static_cast<c10::DeviceIndex>(callbacks->accelerator())).second
+                                    : static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+        }
+        return {total > m.allocated ? total - m.allocated : 0, total};
+    }
+
+  private:
+    static Memory memory(bool restart_peak) {
+        Memory m{};
+        TORCH_CHECK(callbacks->memory(restart_peak ? 1 : 0, &m) == 0,
+                    "the tensorref device's memory cannot be read from inside a residency event callback");
+        return m;
     }
 };
 
@@ -67,12 +123,22 @@ std::optional<std::pair<const c10::impl::DeviceGuardImplInterface *, c10::Stream
     return std::make_pair(cuda, cuda->getStream(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))));
 }
 
+// An event of the device: where it computes on CUDA, CUDA's event recorded on CUDA's stream;
+// on the simulated device, where work is done when its op returns, the time it was recorded.
+struct Event {
+    void *cuda = nullptr;        // CUDA's event, once recorded there
+    c10::DeviceIndex index = -1; // its CUDA device
+    bool on_cuda = false;        // last recorded on CUDA (else at `at`)
+    std::chrono::steady_clock::time_point at;
+};
+
 // One device, one stream. Every op runs its kernel on the compute device's current stream (the
 // manager orders its own copies against it with CUDA events), so work on this device is already
 // in order, and an event here stands for all the work queued before it. Waiting for the device
 // (`torch.accelerator.synchronize()`, a stream's or an event's `synchronize`) waits for that
 // stream on CUDA, as a timer stopped after it expects; on the simulated device work is done when
-// the op returns.
+// the op returns. Two events time what ran between them (`elapsed_time`): CUDA's events on CUDA,
+// the host's clock on the simulated device.
 struct Guard final : c10::impl::DeviceGuardImplInterface {
     c10::DeviceType type() const override { return kDevice; }
     c10::Device exchangeDevice(c10::Device d) const override {
@@ -88,12 +154,37 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
     c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getStream(d); }
     c10::Stream exchangeStream(c10::Stream s) const override { return getStream(s.device()); }
     c10::DeviceIndex deviceCount() const noexcept override { return 1; }
-    void record(void **event, const c10::Stream &, const c10::DeviceIndex, const c10::EventFlag) const override {
-        *event = reinterpret_cast<void *>(1); // any non-NULL value: there is nothing to wait for
+    void record(void **event, const c10::Stream &, const c10::DeviceIndex, const c10::EventFlag flag) const override {
+        auto *e = *event != nullptr ? static_cast<Event *>(*event) : new Event();
+        *event = e;
+        const auto cuda = cuda_stream();
+        e->on_cuda = cuda.has_value();
+        if (cuda) {
+            TORCH_CHECK(e->cuda == nullptr || e->index == cuda->second.device_index(), "a tensorref event recorded on another CUDA device");
+            e->index = cuda->second.device_index();
+            cuda->first->record(&e->cuda, cuda->second, e->index, flag);
+        } else {
+            e->at = std::chrono::steady_clock::now();
+        }
     }
-    void block(void *, const c10::Stream &) const override {}
-    bool queryEvent(void *) const override { return queryStream(getStream(getDevice())); }
-    void destroyEvent(void *, const c10::DeviceIndex) const noexcept override {}
+    void block(void *event, const c10::Stream &) const override {
+        const auto *e = static_cast<const Event *>(event);
+        const auto cuda = cuda_stream();
+        if (e != nullptr && e->on_cuda && cuda) {
+            cuda->first->block(e->cuda, cuda->second);
+        }
+    }
+    bool queryEvent(void *event) const override {
+        const auto *e = static_cast<const Event *>(event);
+        return e == nullptr || !e->on_cuda || cuda_guard()->queryEvent(e->cuda);
+    }
+    void destroyEvent(void *event, const c10::DeviceIndex) const noexcept override {
+        auto *e = static_cast<Event *>(event);
+        if (e != nullptr && e->cuda != nullptr) {
+            cuda_guard()->destroyEvent(e->cuda, e->index);
+        }
+        delete e;
+    }
     bool queryStream(const c10::Stream &) const override {
         const auto cuda = cuda_stream();
         return !cuda || cuda->first->queryStream(cuda->second);
@@ -103,14 +194,30 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
             cuda->first->synchronizeStream(cuda->second);
         }
     }
-    void synchronizeEvent(void *) const override { synchronizeStream(getStream(getDevice())); }
+    void synchronizeEvent(void *event) const override {
+        const auto *e = static_cast<const Event *>(event);
+        if (e != nullptr && e->on_cuda) {
+            cuda_guard()->synchronizeEvent(e->cuda);
+        }
+    }
     void synchronizeDevice(const c10::DeviceIndex) const override { synchronizeStream(getStream(getDevice())); }
     void recordDataPtrOnStream(const c10::DataPtr &, const c10::Stream &) const override {}
+    double elapsedTime(void *start, void *end, const c10::DeviceIndex) const override {
+        const auto *a = static_cast<const Event *>(start);
+        const auto *b = static_cast<const Event *>(end);
+        TORCH_CHECK(a != nullptr && b != nullptr, "elapsed_time: both events must be recorded first");
+        TORCH_CHECK(a->on_cuda == b->on_cuda, "elapsed_time: one event was recorded on CUDA, the other on the simulated device");
+        if (a->on_cuda) {
+            return cuda_guard()->elapsedTime(a->cuda, b->cuda, a->index);
+        }
+        return std::chrono::duration<double, std::milli>(b->at - a->at).count();
+    }
 
   private:
     static void check(c10::Device d) {
         TORCH_CHECK(d.type() == kDevice && d.index() <= 0, "the tensorref device has one index, 0; not ", d);
     }
+    static const c10::impl::DeviceGuardImplInterface *cuda_guard() { return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA); }
 };
 
 } // namespace

@@ -57,6 +57,12 @@ struct Callbacks {
     void (*release)(const Entry *home);
     int (*accelerator)();
     uint64_t (*list_op_bytes)();
+    int (*memory)(int restart_peak, struct Memory *out);
+};
+
+// Field for field the Rust struct `Memory` (mod.rs), which documents each.
+struct Memory {
+    uint64_t allocated, peak_allocated, reserved, peak_reserved, budget;
 };
 
 extern const Callbacks *callbacks;

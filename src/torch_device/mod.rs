@@ -51,6 +51,22 @@ pub(crate) struct Callbacks {
     release: extern "C" fn(home: *const Entry),
     accelerator: extern "C" fn() -> c_int,
     list_op_bytes: extern "C" fn() -> u64,
+    memory: extern "C" fn(restart_peak: c_int, out: *mut Memory) -> c_int,
+}
+
+/// The device's memory as libtorch's allocator interface reports it (`torch.accelerator`'s
+/// `memory_allocated`, `max_memory_allocated`, `memory_reserved`, `mem_get_info` ...): the bytes
+/// of the manager's device copies now and at most, the compute device's reserved bytes (CUDA's
+/// caching allocator; 0 on the simulated device) now and at most, and the budget (0: none). All 0
+/// without a manager.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Memory {
+    allocated: u64,
+    peak_allocated: u64,
+    reserved: u64,
+    peak_reserved: u64,
+    budget: u64,
 }
 
 /// One attempt at an op, in C++: given the op's ticket (NULL with no manager), it acquires,
@@ -66,7 +82,8 @@ extern "C" {
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
-static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, reserves, reserve, place, end, unheld_home, adopt, release, accelerator, list_op_bytes };
+static CALLBACKS: Callbacks =
+    Callbacks { run, acquire, kernel, recomputes, reserves, reserve, place, end, unheld_home, adopt, release, accelerator, list_op_bytes, memory };
 
 /// Registers the `tensorref` backend with libtorch (once per process; later calls return the
 /// first call's outcome).
@@ -336,6 +353,32 @@ extern "C" fn accelerator() -> c_int {
 /// nothing bounds an op.
 extern "C" fn list_op_bytes() -> u64 {
     crate::residency::list_op_bytes()
+}
+
+/// Writes the device's `Memory`, after starting its peak of allocated bytes again from now when
+/// `restart_peak` is not 0; 1 (nothing written) where the manager could not be asked (from its
+/// own event callback).
+extern "C" fn memory(restart_peak: c_int, out: *mut Memory) -> c_int {
+    let filled = catch_unwind(AssertUnwindSafe(|| -> Result<Memory> {
+        if restart_peak != 0 {
+            crate::residency::restart_peak()?;
+        }
+        Ok(crate::residency::stats().map_or_else(Memory::default, |s| Memory {
+            allocated: s.device_bytes,
+            peak_allocated: s.peak_device_bytes,
+            reserved: s.reserved_bytes,
+            peak_reserved: s.peak_reserved_bytes,
+            budget: if s.budget == u64::MAX { 0 } else { s.budget }, // Resident's: none
+        }))
+    }));
+    match filled {
+        Ok(Ok(m)) => {
+            // SAFETY: `out` is the C++ half's slot for one `Memory`.
+            unsafe { out.write(m) };
+            0
+        }
+        _ => 1,
+    }
 }
 
 /// `tch::Tensor::from_ptr` borrows here: a new handle to the same TensorImpl, the borrowed

@@ -175,14 +175,24 @@ def checks() -> None:
     check("  its backward, reading the seed it returned", grads_finite)
 
     # Waiting for the device waits for CUDA's stream, where the device's kernels run.
+    # Events on the device are CUDA's, on that stream: they time the kernels between them. The
+    # device's memory functions read the manager's.
     with residency.session(policy="flow", device="cuda", budget_bytes=1 << 30):
         a = torch.randn(4096, 4096).to("tensorref")
+        start, end = torch.Event(device="tensorref", enable_timing=True), torch.Event(device="tensorref", enable_timing=True)
+        start.record()
         for _ in range(8):
             a = a @ a / 64
+        end.record()
         torch.tensorref.synchronize()
         done = torch.cuda.current_stream().query()
+        ms = start.elapsed_time(end)
+        memory = torch.tensorref.memory_allocated() == residency.stats().device_bytes > 0
+        reserved = torch.tensorref.memory_reserved() == torch.cuda.memory_reserved()
         del a
     check("torch.tensorref.synchronize() waits for the kernels queued", done)
+    check("  two events time them on CUDA", 0.1 < ms < 10_000, f"{ms:.3f} ms for 8 products of 4096^2")
+    check("  memory_allocated is the manager's, memory_reserved CUDA's", memory and reserved)
 
     # A learned attention bias (Swin's relative positions) requires grad: the device's choice of
     # kernel sees that, as CUDA's own does, and the kernel it takes gives the bias a gradient.

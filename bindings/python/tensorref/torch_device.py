@@ -67,6 +67,16 @@ def _device_module() -> types.ModuleType:
     # torch.manual_seed seeds already; it calls these too.
     m.manual_seed = m.manual_seed_all = lambda seed: None
     m.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
+    m.is_bf16_supported = lambda including_emulation=True: True
+    m.current_stream = lambda device=None: torch.accelerator.current_stream()
+    # Memory as the device's allocator reports it (src/torch_device/device.cpp): the manager's
+    # device copies against its budget. The device is libtorch's accelerator (registered, it
+    # comes before CUDA), so torch.accelerator's functions read it.
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
+                 "reset_peak_memory_stats", "reset_accumulated_memory_stats"):
+        setattr(m, name, getattr(torch.accelerator, name))
+    m.empty_cache = torch.accelerator.empty_cache
+    m.mem_get_info = torch.accelerator.get_memory_info
     return m
 
 

@@ -3,6 +3,7 @@ the simulated device every op runs the CPU's own kernel over the manager's copie
 result equals the same module's on the CPU bit for bit, at budgets below its peak."""
 import copy
 import gc
+import time
 
 import pytest
 import torch
@@ -382,20 +383,44 @@ def test_torch_compile_with_an_eager_backend_runs_through_the_device():
 
 def test_code_that_waits_for_the_device_runs_unchanged():
     """Timing code waits for the device before it stops a timer: `torch.tensorref.synchronize()`,
-    `torch.accelerator.synchronize()`, an event recorded after the work. On CUDA they wait for the
-    stream the device's kernels run on (tools/gpu/torch_device_cuda.py); here the work is done."""
+    `torch.accelerator.synchronize()`, an event recorded after the work; or times the work between
+    two events. On CUDA they are CUDA's events on the stream the device's kernels run on
+    (tools/gpu/torch_device_cuda.py); here the work is done, and the events read the host's clock."""
     with residency.session(policy="flow", budget_bytes=1 << 20):
         a = torch.randn(64, 64).to("tensorref")
-        start, end = torch.Event(device="tensorref"), torch.Event(device="tensorref")
+        start, end = torch.Event(device="tensorref", enable_timing=True), torch.Event(device="tensorref", enable_timing=True)
         start.record()
         b = a @ a
+        time.sleep(0.02)
         end.record()
         torch.tensorref.synchronize()
         torch.accelerator.synchronize()
         end.synchronize()
         assert end.query() and torch.accelerator.current_stream().query()
+        assert 20 <= start.elapsed_time(end) < 10_000
+        torch.tensorref.current_stream().wait_event(end)
         assert torch.equal(b.cpu(), a.cpu() @ a.cpu())
         del a, b
+
+
+def test_memory_functions_read_the_manager_s_memory():
+    """Code written for an accelerator reads its memory through `torch.accelerator` (or the
+    device's module, as `torch.cuda`): on the device, the manager's device copies against its
+    budget. Before, libtorch asserted that the device's allocator was no device allocator."""
+    budget = 1 << 20
+    assert torch.accelerator.memory_allocated() == 0  # no manager: nothing on the device
+    with residency.session(policy="flow", budget_bytes=budget):
+        torch.tensorref.reset_peak_memory_stats()
+        x = torch.randn(64, 1024).to("tensorref") * 2  # 256 KiB made on the device
+        held = residency.stats().device_bytes
+        assert held >= x.nbytes and torch.tensorref.memory_allocated() == held
+        assert torch.accelerator.max_memory_allocated() == residency.stats().peak_device_bytes >= held
+        assert torch.accelerator.memory_stats()["allocated_bytes.all.current"] == held
+        assert torch.tensorref.mem_get_info() == (budget - held, budget)
+        torch.tensorref.empty_cache()
+        del x
+        torch.tensorref.reset_peak_memory_stats()
+        assert torch.tensorref.max_memory_allocated() == torch.tensorref.memory_allocated() < held
 
 
 def test_errors_from_kernels_keep_their_type_and_words():
