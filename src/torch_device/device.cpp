@@ -224,7 +224,10 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
 
 const Entry *home_of(const at::Tensor &t) {
     const c10::DataPtr &p = t.storage().data_ptr();
-    TORCH_CHECK(p.get_deleter() == &release_home, "a tensorref tensor whose storage the library did not make");
+    TORCH_CHECK(p.get_deleter() == &release_home,
+                "a tensorref tensor whose storage the library did not make: a tensor over a tensorref data pointer (from_blob, "
+                "as pickle and legacy torch.save make to copy a storage) has no memory to read; move the tensor to the CPU "
+                "first (.cpu()), or save it with torch.save");
     return static_cast<const Entry *>(p.get_context());
 }
 

@@ -3,6 +3,7 @@ the simulated device every op runs the CPU's own kernel over the manager's copie
 result equals the same module's on the CPU bit for bit, at budgets below its peak."""
 import copy
 import gc
+import pickle
 import time
 
 import pytest
@@ -251,6 +252,9 @@ def test_a_state_dict_saved_from_the_device_loads_back_onto_it_and_onto_the_cpu(
         x = torch.randn(5, 32)
         with torch.no_grad():
             assert torch.equal(fresh(x.to("tensorref")).cpu(), model(x))
+        # pickle copies a storage through a tensor over its data pointer, which holds no bytes
+        with pytest.raises(RuntimeError, match="move the tensor to the CPU first"):
+            pickle.dumps(back["0.weight"])
         del back, fresh
 
 
