@@ -393,10 +393,13 @@ void run_as(const c10::OperatorHandle &op, const c10::OperatorHandle &kernel, Ad
         if (a.reserves()) {
             a.reserve(tr_native::output_bytes(kernel, *stack, first).value_or(0));
         }
-        // An op over zeros with no memory is not made again: they have no home a recipe could name.
-        const bool reads_zeros = std::any_of(inputs.begin(), inputs.end(), [](const Input &in) { return in.tensor._is_zerotensor(); });
+        // An op is made again over its inputs' homes: not one over zeros with no memory (no home),
+        // nor one that read an input's conjugate or negative bit (a home has none).
+        const bool remakeable = std::none_of(inputs.begin(), inputs.end(), [](const Input &in) {
+            return in.tensor._is_zerotensor() || in.tensor.is_conj() || in.tensor.is_neg();
+        });
         std::vector<at::Tensor> sources;
-        std::unique_ptr<Replay> replay = a.recomputes() && !reads_zeros ? replay_of(kernel, args, *stack, first, sources) : nullptr;
+        std::unique_ptr<Replay> replay = a.recomputes() && remakeable ? replay_of(kernel, args, *stack, first, sources) : nullptr;
         a.kernel([&] { kernel.callBoxed(stack); });
         place_outputs(a, stack, first, inputs, std::move(replay), sources);
         for (Input &in : inputs) {

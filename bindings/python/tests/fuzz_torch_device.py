@@ -7,6 +7,7 @@ line for line, on plain CPU tensors (the shadow), checked bit for bit after ever
     python fuzz_torch_device.py --policy flow,genoa,none ...      # managers to configure
     python fuzz_torch_device.py --seed 3 --shrink --isolate       # each replay in a child (crashes)
     python fuzz_torch_device.py --seeds 1-200 --convolutions      # convolutions among the actions
+    python fuzz_torch_device.py --seeds 1-200 --complex           # complex tensors, lazy conj and neg views
 
 Each step is one *action*: a line (or a few) of Python over named tensors (t1, t2, ...), run once
 with DEV = "tensorref" over the device tensors and once with DEV = "cpu" over their shadows. The
@@ -68,6 +69,9 @@ POLICIES = ("flow", "genoa", "resident", "none")
 BUDGETS = (2 << 10, 4 << 10, 8 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# Families of actions a run adds where asked, each its maker: convolutions and their gradients;
+# complex tensors with lazy conj() and negative views (bits the kernels read, not the storage).
+EXTRAS = {"convolutions": "convolution", "complex": "lazy_bits"}
 MAX_LIVE = 24
 HISTORY = 30
 STEP_TIMEOUT = float(os.environ.get("FUZZ_STEP_TIMEOUT", "120"))
@@ -132,13 +136,16 @@ class Failure(Exception):
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor as integers of its width, so that equality is bit for bit (NaNs, -0.0)."""
-    if t.dtype.is_floating_point or t.dtype.is_complex:
+    if t.dtype.is_complex:
+        return _bits(torch.view_as_real(t))
+    if t.dtype.is_floating_point:
         return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
     return t
 
 
 def _first_diff(got: torch.Tensor, want: torch.Tensor) -> str:
-    ne = (_bits(got) != _bits(want)).nonzero()
+    ne = _bits(got) != _bits(want)
+    ne = (ne.any(-1) if got.dtype.is_complex else ne).nonzero()  # (a complex's bits: a last dim of 2)
     if len(ne) == 0:
         return "?"
     i = tuple(ne[0].tolist())
@@ -161,11 +168,14 @@ def _storage_key(t: torch.Tensor):
 
 
 class Fuzzer:
-    def __init__(self, seed: int, policies=POLICIES, check_p: float | None = None, convolutions=False):
+    def __init__(self, seed: int, policies=POLICIES, check_p: float | None = None, extras=()):
         self.seed = seed
-        # Convolutions (forward and backward) join the actions where asked, so that a seed's
-        # program without them is the one it was before they came.
-        self.convolutions = convolutions
+        # Families of actions that join only where asked (`EXTRAS`), so that a seed's program
+        # without them is the one it was before they came.
+        unknown = set(extras) - set(EXTRAS)
+        if unknown:
+            raise ValueError(f"unknown extras {sorted(unknown)}; there are {sorted(EXTRAS)}")
+        self.extras = tuple(e for e in EXTRAS if e in extras)
         self.rng = random.Random(seed)
         # Recomputation is drawn apart, so that a seed's program is the one it was before it.
         self.recompute_rng = random.Random(f"recompute {seed}")
@@ -288,7 +298,7 @@ class Fuzzer:
             makers = ((self.make, 8), (self.random_op, 3), (self.view, 16), (self.elementwise, 12),
                       (self.reduction, 7), (self.matmul, 4), (self.multi, 7), (self.misc, 9),
                       (self.inplace, 16), (self.out, 6), (self.read, 6), (self.autograd, 3),
-                      (self.manager, 4)) + (((self.convolution, 5),) if self.convolutions else ())
+                      (self.manager, 4)) + tuple((getattr(self, EXTRAS[e]), 5) for e in self.extras)
             a = None
             while a is None:
                 a = r.choices([m for m, _ in makers], [w for _, w in makers])[0]()
@@ -387,8 +397,9 @@ class Fuzzer:
         elif k == 14:
             to = {torch.float32: torch.int32, torch.int32: torch.float32, torch.float64: torch.int64,
                   torch.int64: torch.float64, torch.float16: torch.bfloat16, torch.bfloat16: torch.float16,
-                  torch.bool: torch.uint8}.get(s.dtype) or {1: torch.bool, 2: torch.float16}[s.element_size()]
-            if r.random() < 0.3 and s.element_size() >= 2:
+                  torch.bool: torch.uint8, torch.complex64: torch.float64,
+                  torch.complex128: torch.complex64}.get(s.dtype) or {1: torch.bool, 2: torch.float16}[s.element_size()]
+            if r.random() < 0.3 and 2 <= s.element_size() <= 8:
                 to = {2: torch.bool, 4: torch.float16, 8: torch.int32}[s.element_size()]
             code = f"{t} = {a}.view({to})"
         elif k == 15:
@@ -509,6 +520,47 @@ class Fuzzer:
                      f"_w = {self.fresh((out, c // groups, *kernel), s.dtype)}.requires_grad_()",
                      f"_y = F.conv{n}d(_a, _w, groups={groups}).square().sum()", "_y.backward()", "v = (_y.detach(), _a.grad, _w.grad)"]
             return Action("\n".join(lines), vals=["v"])
+        return Action(code, [t])
+
+    def lazy_bits(self):
+        """Complex tensors and their lazy views: `conj()` and a negative view set a bit the kernels
+        read (`mm`, `dot`, `copy_` ...), not the storage; ops over them, in-place writes through
+        them, copies into and out of them, and their results' bits (`vdot` returns a conj view)."""
+        r = self.rng
+        a = self.pick(lambda s: s.dtype.is_complex)
+        if a is None or r.random() < 0.2:
+            t, shape = self.new(), self.shape(max_numel=24)
+            seeds = (r.randrange(1 << 20), r.randrange(1 << 20))
+            dtype = r.choice(("torch.float32", "torch.float64"))
+            return Action(f"{t} = torch.complex(src({seeds[0]}, {shape}, {dtype}), src({seeds[1]}, {shape}, {dtype})).to(DEV)", [t])
+        s, t = self.S(a), self.new()
+        flat = f"{a}.flatten()"
+        k = r.randrange(12)
+        if k == 0:
+            code = f"{t} = {a}.conj()"
+        elif k == 1:
+            code = f"{t} = torch._neg_view({a})"
+        elif k == 2 and s.dim() == 2:
+            code = r.choice((f"{t} = {a} @ {a}.mH", f"{t} = torch.mm({a}.conj(), {a}.mT)", f"{t} = torch.addmm({a}[:, :1], {a}, {a}.mH)"))
+        elif k == 3:
+            code = r.choice((f"{t} = torch.vdot({flat}, {flat}.conj())", f"{t} = torch.dot({flat}.conj(), {flat})",
+                             f"{t} = torch.vdot({flat}.conj(), {flat})"))
+        elif k == 4:
+            code = f"{t} = {a}.{r.choice(('conj().clone()', 'conj().resolve_conj()', 'conj().contiguous()', 'conj_physical()'))}"
+        elif k == 5:
+            code = f"{a}.conj().mul_({self.scalar()})\n{t} = {a}.conj()"
+        elif k == 6:
+            code = f"{t} = {a}.clone()\n{t}.conj().copy_({a})"
+        elif k == 7:
+            code = f"{t} = {a}.conj() * {self.scalar()} + torch._neg_view({a})"
+        elif k == 8:
+            code = f"{t} = torch.view_as_real({a}{'.conj()' if r.random() < 0.5 else ''})"
+        elif k == 9:
+            code = f"{t} = {a}.conj().{r.choice(('sum', 'abs', 'exp', 'sqrt', 'angle'))}()"
+        elif k == 10:
+            code = f"{t} = {a}.conj().to(torch.complex128 if {a}.dtype == torch.complex64 else torch.complex64)"
+        else:  # (not through .cpu(): on the shadow's side it is the tensor itself, a view)
+            code = f"{t} = {a}.conj().detach()"
         return Action(code, [t])
 
     def multi(self):
@@ -848,12 +900,14 @@ class Fuzzer:
     def compare(self, name: str, d: torch.Tensor, c: torch.Tensor) -> None:
         for what, x, y in (("dtype", d.dtype, c.dtype), ("shape", tuple(d.shape), tuple(c.shape)),
                            ("strides", d.stride(), c.stride()), ("storage offset", d.storage_offset(), c.storage_offset()),
-                           ("is a view", d._is_view(), c._is_view()), ("requires_grad", d.requires_grad, c.requires_grad)):
+                           ("is a view", d._is_view(), c._is_view()), ("requires_grad", d.requires_grad, c.requires_grad),
+                           ("conj bit", d.is_conj(), c.is_conj()), ("neg bit", d.is_neg(), c.is_neg())):
             if x != y:
                 raise Failure(f"{what} differs", f"{name}: device {x}, CPU {y}")
-        got = self.read_dev(name, d)
-        if got is not None and not torch.equal(_bits(got), _bits(c.detach())):
-            raise Failure("values differ", f"{name}: {_first_diff(got, c.detach())}")
+        got = self.read_dev(name, d)  # resolved: .cpu() copies a view's bits into its values
+        want = c.detach().resolve_conj().resolve_neg()
+        if got is not None and not torch.equal(_bits(got), _bits(want)):
+            raise Failure("values differ", f"{name}: {_first_diff(got, want)}")
 
     def compare_value(self, name: str, d, c) -> None:
         if isinstance(c, torch.Tensor):
@@ -866,9 +920,10 @@ class Fuzzer:
                                ("strides", d.stride() if ours else None, c.stride() if ours else None)):
                 if x != y:
                     raise Failure(f"{what} differs", f"{name}: device {x}, CPU {y}")
-            got = self.read_dev(name, d) if ours else d.detach()
-            if got is not None and not torch.equal(_bits(got), _bits(c.detach())):
-                raise Failure("values differ", f"{name}: {_first_diff(got, c.detach())}")
+            got = self.read_dev(name, d) if ours else d.detach().resolve_conj().resolve_neg()
+            want = c.detach().resolve_conj().resolve_neg()
+            if got is not None and not torch.equal(_bits(got), _bits(want)):
+                raise Failure("values differ", f"{name}: {_first_diff(got, want)}")
         elif isinstance(c, (list, tuple)):
             if not isinstance(d, (list, tuple)) or len(d) != len(c):
                 raise Failure("values differ", f"{name}: device {d!r}, CPU {c!r}")
@@ -878,6 +933,11 @@ class Fuzzer:
             if not isinstance(d, float) or not (d == c and math.copysign(1, d) == math.copysign(1, c)
                                                 or math.isnan(d) and math.isnan(c)):
                 raise Failure("values differ", f"{name}: device {d!r}, CPU {c!r}")
+        elif isinstance(c, complex):
+            if not isinstance(d, complex):
+                raise Failure("values differ", f"{name}: device {d!r}, CPU {c!r}")
+            self.compare_value(f"{name}.real", d.real, c.real)
+            self.compare_value(f"{name}.imag", d.imag, c.imag)
         elif type(d) is not type(c) or d != c:
             raise Failure("values differ", f"{name}: device {d!r}, CPU {c!r}")
 
@@ -926,11 +986,11 @@ class Fuzzer:
         gc.collect()
 
 
-def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=None, cuda_allocator=False, convolutions=False):
+def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=None, cuda_allocator=False, extras=()):
     """Runs `steps` generated actions of `seed` (or replays `actions`), with the simulated device's
-    kernels allocating as CUDA's do where `cuda_allocator`, convolutions among the actions where
-    `convolutions`. Returns the fuzzer, the failure (or None) and the actions run."""
-    fz = Fuzzer(seed, policies, check_p, convolutions)
+    kernels allocating as CUDA's do where `cuda_allocator`, the families of `extras` among the
+    actions. Returns the fuzzer, the failure (or None) and the actions run."""
+    fz = Fuzzer(seed, policies, check_p, extras)
     residency.simulate_cuda_allocator(cuda_allocator)
     done: list[Action] = []
     failure = None
@@ -1025,8 +1085,8 @@ for k, c in cpu.items():
 '''
 
 
-def shrink(seed, steps, policies=POLICIES, isolate=False, cuda_allocator=False, convolutions=False, budget_s=600):
-    fz, failure, actions = run_seed(seed, steps, policies, cuda_allocator=cuda_allocator, convolutions=convolutions)
+def shrink(seed, steps, policies=POLICIES, isolate=False, cuda_allocator=False, extras=(), budget_s=600):
+    fz, failure, actions = run_seed(seed, steps, policies, cuda_allocator=cuda_allocator, extras=extras)
     if failure is None:
         print(f"seed {seed}: no failure in {steps} steps")
         return None
@@ -1070,12 +1130,14 @@ def main(argv=None):
     ap.add_argument("--check-p", type=float, default=None, help="probability of checking every tensor after a step")
     ap.add_argument("--cuda-allocator", action="store_true", help="kernels allocate as CUDA's do (see the module)")
     ap.add_argument("--convolutions", action="store_true", help="convolutions and their gradients among the actions")
+    ap.add_argument("--complex", action="store_true", help="complex tensors, their lazy conj() and neg views among the actions")
     ap.add_argument("--shrink", action="store_true", help="minimise the failure of --seed")
     ap.add_argument("--isolate", action="store_true", help="with --shrink: replay each candidate in a child process")
     ap.add_argument("--replay", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     faulthandler.enable()
     policies = tuple(args.policy.split(","))
+    extras = tuple(e for e in EXTRAS if getattr(args, e))
     if args.replay:
         with open(args.replay) as f:
             acts = [Action(**a) for a in json.load(f)]
@@ -1083,13 +1145,13 @@ def main(argv=None):
         print(f"CATEGORY {f.category}" if f else "OK", flush=True)
         return 0
     if args.shrink:
-        return 0 if shrink(args.seed, args.steps, policies, args.isolate, args.cuda_allocator, args.convolutions) is None else 1
+        return 0 if shrink(args.seed, args.steps, policies, args.isolate, args.cuda_allocator, extras) is None else 1
     lo, hi = map(int, args.seeds.split("-")) if args.seeds else (args.seed, args.seed)
     bad = 0
     for seed in range(lo, hi + 1):
         t0 = time.monotonic()
         fz, failure, _ = run_seed(seed, args.steps, policies, check_p=args.check_p, cuda_allocator=args.cuda_allocator,
-                                  convolutions=args.convolutions)
+                                  extras=extras)
         if failure is None:
             print(f"seed {seed}: ok, {args.steps} steps ({fz.skipped} over the budget, {fz.remade} made again) in {time.monotonic() - t0:.1f} s", flush=True)
         else:
