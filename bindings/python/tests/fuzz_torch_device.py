@@ -8,6 +8,7 @@ line for line, on plain CPU tensors (the shadow), checked bit for bit after ever
     python fuzz_torch_device.py --seed 3 --shrink --isolate       # each replay in a child (crashes)
     python fuzz_torch_device.py --seeds 1-200 --convolutions      # convolutions among the actions
     python fuzz_torch_device.py --seeds 1-200 --complex           # complex tensors, lazy conj and neg views
+    python fuzz_torch_device.py --seeds 1-200 --forward-ad        # forward-mode AD, ZeroTensors
 
 Each step is one *action*: a line (or a few) of Python over named tensors (t1, t2, ...), run once
 with DEV = "tensorref" over the device tensors and once with DEV = "cpu" over their shadows. The
@@ -70,8 +71,9 @@ BUDGETS = (2 << 10, 4 << 10, 8 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # Families of actions a run adds where asked, each its maker: convolutions and their gradients;
-# complex tensors with lazy conj() and negative views (bits the kernels read, not the storage).
-EXTRAS = {"convolutions": "convolution", "complex": "lazy_bits"}
+# complex tensors with lazy conj() and negative views (bits the kernels read, not the storage);
+# forward-mode AD and its ZeroTensors.
+EXTRAS = {"convolutions": "convolution", "complex": "lazy_bits", "forward_ad": "forward_ad"}
 MAX_LIVE = 24
 HISTORY = 30
 STEP_TIMEOUT = float(os.environ.get("FUZZ_STEP_TIMEOUT", "120"))
@@ -163,6 +165,8 @@ def _sum_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _storage_key(t: torch.Tensor):
+    if t._is_zerotensor():  # no memory, so nothing to share
+        return None
     s = t.untyped_storage()
     return s.data_ptr() if s.nbytes() > 0 else None
 
@@ -562,6 +566,32 @@ class Fuzzer:
         else:  # (not through .cpu(): on the shadow's side it is the tensor itself, a view)
             code = f"{t} = {a}.conj().detach()"
         return Action(code, [t])
+
+    def forward_ad(self):
+        """Forward-mode AD, whose zero tangents are ZeroTensors (zeros with no memory): jvp and
+        jacfwd of float tensors, and ZeroTensors themselves under views, ops that take them as they
+        are (dot, copy_ from one, clone, mul by a number) and ops that make them real."""
+        r = self.rng
+        a = self.pick(lambda s: s.dtype in (torch.float32, torch.float64) and 1 <= s.numel() <= 24)
+        if a is None:
+            return None
+        s, t = self.S(a), self.new()
+        k = r.randrange(6)
+        if k == 0:
+            f = r.choice(("x.sin() * x", "(x * 2).exp().sum()", "torch.where(x > 0, x, x * 0.5)", "x.cumsum(0) if x.dim() else x"))
+            return Action(f"{t} = torch.func.jvp(lambda x: {f}, ({a},), (torch.ones_like({a}),))[1]", [t])
+        if k == 1:
+            return Action(f"{t} = torch.func.jacfwd(lambda x: (x.tanh() * x).flatten())({a}.detach())", [t])
+        zero = f"torch._efficientzerotensor({tuple(s.shape)}, dtype={s.dtype}, device=DEV)"
+        if k == 2:
+            op = r.choice(("{z}.flatten()[:2]", "{z} + {a}", "{z} * {a}", "{z}.clone()", "{z} * 3",
+                           "torch.dot({z}.flatten(), {a}.flatten())", "{z}.t() if {z}.dim() == 2 else {z}.unsqueeze(0)"))
+            return Action(f"_z = {zero}\n{t} = ({op.format(z='_z', a=a)}).contiguous()", [t])
+        if k == 3:
+            return Action(f"{t} = {a}.clone()\n{t}.copy_({zero})", [t])
+        if k == 4:
+            return Action(f"v = {zero}.sum().item()", vals=["v"])
+        return Action(f"v = ({zero} + {a}).sum().item()", vals=["v"])
 
     def multi(self):
         r = self.rng
@@ -1131,6 +1161,7 @@ def main(argv=None):
     ap.add_argument("--cuda-allocator", action="store_true", help="kernels allocate as CUDA's do (see the module)")
     ap.add_argument("--convolutions", action="store_true", help="convolutions and their gradients among the actions")
     ap.add_argument("--complex", action="store_true", help="complex tensors, their lazy conj() and neg views among the actions")
+    ap.add_argument("--forward-ad", action="store_true", help="forward-mode AD and ZeroTensors among the actions")
     ap.add_argument("--shrink", action="store_true", help="minimise the failure of --seed")
     ap.add_argument("--isolate", action="store_true", help="with --shrink: replay each candidate in a child process")
     ap.add_argument("--replay", help=argparse.SUPPRESS)

@@ -9,8 +9,8 @@ the same storage sharing (views stay views), and the budget held by stats() and 
 A failure prints the seed, the step and the last lines;
 ``python fuzz_torch_device.py --seed S --steps N [--policy P] --shrink`` replays and minimises it
 (with ``--cuda-allocator``, a failure of a seed whose kernels allocate as CUDA's; with
-``--convolutions`` or ``--complex``, of one whose actions include convolutions, or complex
-tensors and their lazy conj() and negative views).
+``--convolutions``, ``--complex`` or ``--forward-ad``, of one whose actions include
+convolutions, complex tensors and their lazy conj() and negative views, or forward-mode AD).
 
 Each test runs one seed in-process (about 0.4 s per 300 steps on a free core).
 """
@@ -84,6 +84,20 @@ def test_fuzz_torch_device_with_lazy_conjugation(seed, steps, as_on_cuda):
     if failure is not None:
         pytest.fail(fz.report(failure), pytrace=False)
     assert any(".conj()" in a.code for a in actions)
+
+
+# Forward-mode AD and its ZeroTensors (zeros with no memory) among the actions: the device once
+# registered a ZeroTensor's null memory as a home, and the next op to read it crashed the process.
+FORWARD_AD = [(s, 300, as_on_cuda) for s in (1, 3, 6) for as_on_cuda in (False, True)]
+
+
+@pytest.mark.parametrize("seed,steps,as_on_cuda", FORWARD_AD,
+                         ids=[f"{s}-forward-ad{'-cuda-allocator' if c else ''}" for s, _, c in FORWARD_AD])
+def test_fuzz_torch_device_with_forward_mode_autograd(seed, steps, as_on_cuda):
+    fz, failure, actions = fuzz.run_seed(seed, steps, fuzz.POLICIES, cuda_allocator=as_on_cuda, extras=("forward_ad",))
+    if failure is not None:
+        pytest.fail(fz.report(failure), pytrace=False)
+    assert any("_efficientzerotensor" in a.code for a in actions) and any("torch.func" in a.code for a in actions)
 
 
 def test_a_seed_replays_exactly():
