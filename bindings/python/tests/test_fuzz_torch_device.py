@@ -57,47 +57,30 @@ def test_fuzz_torch_device_with_kernels_allocating_as_on_cuda(seed, steps, polic
     assert fz.step == steps + 1
 
 
-# Convolutions and their gradients among the actions (the device runs the compute device's
-# convolution for libtorch's convolution_overrideable), with kernels asking and as on CUDA's.
-CONVOLUTIONS = [(s, 300, as_on_cuda) for s in (3, 6, 7, 9) for as_on_cuda in (False, True)]
+# The families of actions a run adds where asked (fuzz.EXTRAS), each with its seeds and what a
+# run of it must have done, with kernels asking and allocating as on CUDA:
+# - convolutions and their gradients (the device runs the compute device's convolution for
+#   libtorch's convolution_overrideable);
+# - complex tensors and their lazy conj() and negative views: seed 1 found a recipe that made
+#   `dot` again over a conj view's home, without its bit; the others, the fuzzer's own mistakes
+#   with complex values;
+# - forward-mode AD and its ZeroTensors (zeros with no memory): the device once registered a
+#   ZeroTensor's null memory as a home, and the next op to read it crashed the process.
+FAMILIES = {
+    "convolutions": ((3, 6, 7, 9), lambda a: "conv" in a.code and "backward" in a.code),
+    "complex": ((1, 2, 6, 21, 33, 50), lambda a: ".conj()" in a.code),
+    "forward_ad": ((1, 3, 6), lambda a: "torch.func" in a.code),
+}
+WITH_FAMILIES = [(f, s, c) for f, (seeds, _) in FAMILIES.items() for s in seeds for c in (False, True)]
 
 
-@pytest.mark.parametrize("seed,steps,as_on_cuda", CONVOLUTIONS,
-                         ids=[f"{s}-convolutions{'-cuda-allocator' if c else ''}" for s, _, c in CONVOLUTIONS])
-def test_fuzz_torch_device_with_convolutions(seed, steps, as_on_cuda):
-    fz, failure, actions = fuzz.run_seed(seed, steps, fuzz.POLICIES, cuda_allocator=as_on_cuda, extras=("convolutions",))
+@pytest.mark.parametrize("family,seed,as_on_cuda", WITH_FAMILIES,
+                         ids=[f"{s}-{f}{'-cuda-allocator' if c else ''}" for f, s, c in WITH_FAMILIES])
+def test_fuzz_torch_device_with_a_family_of_actions(family, seed, as_on_cuda):
+    fz, failure, actions = fuzz.run_seed(seed, 300, fuzz.POLICIES, cuda_allocator=as_on_cuda, extras=(family,))
     if failure is not None:
         pytest.fail(fz.report(failure), pytrace=False)
-    assert any("conv" in a.code and "backward" in a.code for a in actions)  # gradients too
-
-
-# Complex tensors and their lazy conj() and negative views among the actions. Seed 1 found a
-# recipe that made `dot` again over a conj view's home, without its bit; the others, the
-# fuzzer's own mistakes with complex values.
-COMPLEX = [(s, 300, as_on_cuda) for s in (1, 2, 6, 21, 33, 50) for as_on_cuda in (False, True)]
-
-
-@pytest.mark.parametrize("seed,steps,as_on_cuda", COMPLEX,
-                         ids=[f"{s}-complex{'-cuda-allocator' if c else ''}" for s, _, c in COMPLEX])
-def test_fuzz_torch_device_with_lazy_conjugation(seed, steps, as_on_cuda):
-    fz, failure, actions = fuzz.run_seed(seed, steps, fuzz.POLICIES, cuda_allocator=as_on_cuda, extras=("complex",))
-    if failure is not None:
-        pytest.fail(fz.report(failure), pytrace=False)
-    assert any(".conj()" in a.code for a in actions)
-
-
-# Forward-mode AD and its ZeroTensors (zeros with no memory) among the actions: the device once
-# registered a ZeroTensor's null memory as a home, and the next op to read it crashed the process.
-FORWARD_AD = [(s, 300, as_on_cuda) for s in (1, 3, 6) for as_on_cuda in (False, True)]
-
-
-@pytest.mark.parametrize("seed,steps,as_on_cuda", FORWARD_AD,
-                         ids=[f"{s}-forward-ad{'-cuda-allocator' if c else ''}" for s, _, c in FORWARD_AD])
-def test_fuzz_torch_device_with_forward_mode_autograd(seed, steps, as_on_cuda):
-    fz, failure, actions = fuzz.run_seed(seed, steps, fuzz.POLICIES, cuda_allocator=as_on_cuda, extras=("forward_ad",))
-    if failure is not None:
-        pytest.fail(fz.report(failure), pytrace=False)
-    assert any("_efficientzerotensor" in a.code for a in actions) and any("torch.func" in a.code for a in actions)
+    assert any(FAMILIES[family][1](a) for a in actions)
 
 
 def test_a_seed_replays_exactly():
