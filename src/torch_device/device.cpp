@@ -201,6 +201,11 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
         }
     }
     void synchronizeDevice(const c10::DeviceIndex) const override { synchronizeStream(getStream(getDevice())); }
+    // The dtypes the compute device's kernels take (`torch.accelerator.get_device_capability()`).
+    c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+        const auto cuda = cuda_stream();
+        return cuda ? cuda->first->getDeviceCapability(cuda->second.device()) : c10::DeviceCapability();
+    }
     void recordDataPtrOnStream(const c10::DataPtr &, const c10::Stream &) const override {}
     double elapsedTime(void *start, void *end, const c10::DeviceIndex) const override {
         const auto *a = static_cast<const Event *>(start);

@@ -45,6 +45,12 @@ def _generator() -> torch.Generator:
     return torch.default_generator if index is None else torch.cuda.default_generators[index]
 
 
+def _device_name() -> str:
+    """What the device computes on, in words: a CUDA device's name under a CUDA manager."""
+    index = residency.cuda_index()
+    return "tensorref (the host's kernels)" if index is None else f"tensorref on {torch.cuda.get_device_name(index)}"
+
+
 def _device_module() -> types.ModuleType:
     """What code expects of a backend's module: autocast asks for its supported dtypes,
     `torch.load` enters `device`, and activation checkpointing and `torch.random.fork_rng` keep
@@ -68,6 +74,8 @@ def _device_module() -> types.ModuleType:
     m.manual_seed = m.manual_seed_all = lambda seed: None
     m.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
     m.is_bf16_supported = lambda including_emulation=True: True
+    m.get_device_name = lambda device=None: _device_name()
+    m.get_device_capability = lambda device=None: torch.accelerator.get_device_capability()
     m.current_stream = lambda device=None: torch.accelerator.current_stream()
     # Memory as the device's allocator reports it (src/torch_device/device.cpp): the manager's
     # device copies against its budget. The device is libtorch's accelerator (registered, it

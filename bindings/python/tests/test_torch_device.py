@@ -32,6 +32,9 @@ def _weights(model):
 
 def test_the_device_is_torch_s_and_tensors_round_trip():
     assert torch.tensorref.is_available() and torch.tensorref.device_count() == 1
+    assert torch.accelerator.current_accelerator() == torch.device("tensorref")
+    assert torch.bfloat16 in torch.accelerator.get_device_capability()["supported_dtypes"]
+    assert torch.tensorref.get_device_name() == "tensorref (the host's kernels)"
     x = torch.randn(3, 5)
     t = x.to("tensorref")
     assert t.device == torch.device("tensorref", 0) and t.is_tensorref
