@@ -8,8 +8,8 @@
 #include "../residency/core/op_views.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/core/CachingDeviceAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <unistd.h>

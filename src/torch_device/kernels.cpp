@@ -72,7 +72,7 @@ constexpr c10::DispatchKeySet kZero{c10::DispatchKey::ZeroTensor};
 at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
                                  std::optional<c10::Device>, std::optional<bool> pin_memory) {
     check_options(layout, pin_memory);
-    at::native::ZeroTensorAllocator none(c10::Device(kDevice, 0));
+    static at::native::ZeroTensorAllocator none(c10::Device(kDevice, 0)); // the storage keeps its address
     return at::detail::empty_generic(size, &none, kKeys | kZero, c10::dtype_or_default(dtype), std::nullopt);
 }
 
@@ -632,8 +632,8 @@ void register_kernels() {
     // libtorch copies to and from a device it has no copy kernel for through `_copy_from`, whose
     // conjugate and negative bits its Conjugate and Negative fallbacks resolve first, by a clone,
     // itself a copy through `_copy_from` (a loop without end: a stack overflow). They pass it on
-    // here with its bits, which the device's copy reads (Attempt::acquire). Only devices outside
-    // libtorch (this one) reach `_copy_from`.
+    // here with its bits, which the device's copy reads (Attempt::acquire). Only copies that
+    // involve a device libtorch has no copy kernel for (this one) reach `_copy_from`.
     for (const auto key : {c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}) {
         auto *bits = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
         bits->impl("_copy_from", torch::CppFunction::makeFallthrough());
