@@ -156,11 +156,12 @@ def cuda_index() -> int | None:
 
 
 def saved_tensors_managed() -> bool:
-    """Whether the tensors autograd saves for backward on this thread go through the manager:
-    a manager that moves data is configured. In a process that imported torch, PyTorch's engine
-    runs backward and keeps its saved-tensor hooks per thread: there the manager's are pushed on
-    the thread that configured it (each `session` block's own), and other threads' saved tensors
-    stay on the device until backward."""
+    """Whether the tensors the library's ops save for backward on this thread go through the
+    manager: a manager that moves data is configured. In a process that imported torch, PyTorch's
+    engine runs backward and keeps its saved-tensor hooks per thread: there the manager's are
+    pushed during the library's calls on the thread that configured it (each `session` block's
+    own), and other threads' saved tensors stay on the device until backward. (The `tensorref`
+    device's tensors are the manager's whatever autograd saves.)"""
     return bool(lib.tr_residency_saved_tensors_managed()) or _torch_saved.pushed()
 
 
