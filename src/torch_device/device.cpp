@@ -227,6 +227,18 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
 
 } // namespace
 
+// `view` with the conjugate and negative bits of `t` (a view with either is never kept for
+// another op: op_views.cpp).
+static at::Tensor with_bits_of(at::Tensor view, const at::Tensor &t) {
+    if (t.is_conj()) {
+        view._set_conj(true);
+    }
+    if (t.is_neg()) {
+        view._set_neg(true);
+    }
+    return view;
+}
+
 const Entry *home_of(const at::Tensor &t) {
     const c10::DataPtr &p = t.storage().data_ptr();
     TORCH_CHECK(p.get_deleter() == &release_home,
@@ -246,7 +258,7 @@ at::Tensor unheld_home(const at::Tensor &t) {
     auto *view = static_cast<at::Tensor *>(out);
     at::Tensor home = std::move(*view);
     delete view;
-    return home;
+    return with_bits_of(std::move(home), t);
 }
 
 c10::Allocator *allocator() {
@@ -257,18 +269,6 @@ c10::Allocator *allocator() {
 c10::Storage storage_over(const Entry *home, size_t nbytes) {
     return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, home_ptr(home),
                                                               allocator(), /*resizable=*/true));
-}
-
-// `view` with the conjugate and negative bits of `t` (a view with either is never kept for
-// another op: op_views.cpp).
-static at::Tensor with_bits_of(at::Tensor view, const at::Tensor &t) {
-    if (t.is_conj()) {
-        view._set_conj(true);
-    }
-    if (t.is_neg()) {
-        view._set_neg(true);
-    }
-    return view;
 }
 
 at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like) {

@@ -77,8 +77,8 @@ using tr_native::each_tensor;
 // The home of the storage `t` views (t is ours).
 const Entry *home_of(const at::Tensor &t);
 
-// The host memory of `t`'s storage viewed as `t`, when the manager does not hold that storage
-// (undefined when it does: its device copy may be newer).
+// The host memory of `t`'s storage viewed as `t` (its conjugate and negative bits too), when the
+// manager does not hold that storage (undefined when it does: its device copy may be newer).
 at::Tensor unheld_home(const at::Tensor &t);
 
 // A storage of this device over `home` (whose reference it takes) of `nbytes` bytes.

@@ -586,7 +586,9 @@ class Fuzzer:
         if k == 2:
             op = r.choice(("{z}.flatten()[:2]", "{z} + {a}", "{z} * {a}", "{z}.clone()", "{z} * 3",
                            "torch.dot({z}.flatten(), {a}.flatten())", "{z}.t() if {z}.dim() == 2 else {z}.unsqueeze(0)"))
-            return Action(f"_z = {zero}\n{t} = ({op.format(z='_z', a=a)}).contiguous()", [t])
+            # (cloned: on the CPU a ZeroTensor refuses tolist(), which reads its memory; CUDA's and
+            # the device's copy it to the host first)
+            return Action(f"_z = {zero}\n{t} = ({op.format(z='_z', a=a)}).clone()", [t])
         if k == 3:
             return Action(f"{t} = {a}.clone()\n{t}.copy_({zero})", [t])
         if k == 4:

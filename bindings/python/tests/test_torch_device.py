@@ -345,6 +345,7 @@ LAZY_BITS = {  # ops on tensors with a conjugate or negative bit: a lazy conj() 
     "mul": lambda a, b: a.conj() * 2, "resolve_conj": lambda a, b: a.conj().resolve_conj(),
     "copy_ into a conj view": lambda a, b: (lambda t: (t.conj().copy_(b), t)[1])(a.clone()),
     "copy_ from a conj view": lambda a, b: a.clone().copy_(b.conj()), "in place on a conj view": lambda a, b: a.conj().mul_(2),
+    "copy_ from the host into a conj view": lambda a, b: (a.conj().copy_(b.cpu()), a)[1],
     "neg view": lambda a, b: torch.mm(a, torch._neg_view(b)),
     "gradient": lambda a, b: (lambda x: torch.autograd.grad((x @ b.conj()).abs().sum(), x)[0])(a.detach().requires_grad_()),
 }
