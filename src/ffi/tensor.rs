@@ -1,6 +1,6 @@
 //! Tensor lifecycle, host data and metadata, seed and grad mode.
 
-use super::boundary::{call, handles_arg, out_arg, slice_arg, slice_out};
+use super::boundary::{call, call_unhooked, handles_arg, out_arg, slice_arg, slice_out};
 use super::handles::{TrDtype, TrScalar, TrScope, TrTensor};
 use crate::dtype::DType;
 use super::residency::{DeviceKind, TrDevice};
@@ -12,7 +12,7 @@ use crate::registry::{self, TensorId};
 /// Errors: TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE. Safe to call from any thread.
 #[no_mangle]
 pub extern "C" fn tr_tensor_retain(t: TrTensor) -> Status {
-    call(|| registry::retain(t.into()))
+    call_unhooked(|| registry::retain(t.into())) // runs no op: nothing saved for backward
 }
 
 /// Drops one reference to `t` (TorchSharp's Dispose). At zero the handle dies, leaves its scope
@@ -24,7 +24,7 @@ pub extern "C" fn tr_tensor_release(t: TrTensor) -> Status {
     if t.id == 0 {
         return Status::TR_OK;
     }
-    call(|| registry::release(t.into()))
+    call_unhooked(|| registry::release(t.into())) // runs no op: nothing saved for backward
 }
 
 /// Releases `len` handles at once, under one lock (for bindings that collect releases from a
@@ -33,7 +33,7 @@ pub extern "C" fn tr_tensor_release(t: TrTensor) -> Status {
 /// Errors: also TR_ERR_NULL_ARG when `handles` is NULL with `len` > 0.
 #[no_mangle]
 pub extern "C" fn tr_tensor_release_many(handles: *const TrTensor, len: usize) -> Status {
-    call(|| registry::release_many(&handles_arg(handles, len, "handles")?))
+    call_unhooked(|| registry::release_many(&handles_arg(handles, len, "handles")?)) // runs no op
 }
 
 /// A new handle to the same storage as `t`, with its own reference count, owned by this
