@@ -175,7 +175,8 @@ def main(results: Path) -> int:
         name, rc, secs = line.split("|")
         if rc != "0":
             v.fail(name)
-        print(f"{name:<34} {'ok' if rc == '0' else 'FAILED ' + rc:>9} {secs:>8}")
+        result = {"0": "ok", "skipped": "SKIPPED"}.get(rc, f"FAILED {rc}")
+        print(f"{name:<34} {result:>9} {secs:>8}")
     # The shapes: every bench JSON, and every peers JSON of the residency peers (the training
     # peers' JSON, a list, is not one).
     shapes = {p.stem[len("bench-"):] for p in results.glob("bench-*.json")}

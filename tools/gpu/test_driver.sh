@@ -31,7 +31,7 @@ set -uo pipefail
 results=\$1; shift
 mkdir -p "\$results"
 source "$here/steps.sh"
-for command in "\$@"; do step "step-\$command" "\$command"; done
+for command in "\$@"; do step "step-\${command%% *}" \$command; done
 finish python3 "$here/summary.py" "\$results"
 EOF
 
@@ -43,6 +43,28 @@ expect_in "its output names the failed step" "FAILED steps: step-false" "$tmp/mi
 bash "$tmp/driver.sh" "$tmp/passing" true true > "$tmp/passing.out" 2>&1
 expect "a driver whose steps all pass exits 0" 0 $?
 expect_in "its summary says so" "summary: every step passed" "$tmp/passing/summary.txt"
+
+# A run's time: with RUN_SECONDS, a step is cut where the run's time ends, and a step with too
+# little left is skipped, which fails the run; with $OUT set, the logs of the steps that ran are
+# packed there after each one, so a call cut short still brings them back.
+mkdir -p "$tmp/out"
+RUN_SECONDS=5 FINISH_SECONDS=2 MIN_STEP_SECONDS=1 OUT="$tmp/out" \
+  bash "$tmp/driver.sh" "$tmp/deadline" true "sleep 60" true > "$tmp/deadline.out" 2>&1
+expect "a driver whose time ran out exits non-zero" nonzero $?
+expect_in "the step that outran it was cut" "step-sleep: FAILED (exit status 124, cut after" "$tmp/deadline.out"
+expect_in "the step after it was skipped" "step-true: SKIPPED" "$tmp/deadline.out"
+expect_in "its summary says the step was SKIPPED" "step-true .*SKIPPED" "$tmp/deadline/summary.txt"
+expect_in "its output names the skipped step" "SKIPPED steps (no time left): step-true" "$tmp/deadline.out"
+tar -xzf "$tmp/out/gpu-results.tgz" -C "$tmp/out" ./step-true.log ./status.txt 2>/dev/null
+expect "the logs so far were packed into \$OUT" 0 $?
+expect_in "with the steps recorded so far" "step-sleep|124|" "$tmp/out/status.txt"
+RUN_SECONDS=5 FINISH_SECONDS=2 MIN_STEP_SECONDS=1 bash "$tmp/driver.sh" "$tmp/in-time" true true > /dev/null 2>&1
+expect "a driver whose steps end within RUN_SECONDS exits 0" 0 $?
+
+# run.sh refuses a part it does not know before it runs anything.
+(cd "$tmp" && bash "$here/run.sh" training torch_device > "$tmp/unknown.out" 2>&1)
+expect "run.sh with a misspelt part exits 2" 0 $(( $? == 2 ? 0 : 1 ))
+expect_in "and names it" "no part 'torch_device'" "$tmp/unknown.out"
 
 # Synthetic results of one shape: ours and the peers' JSON as the benchmarks write them. The
 # passing set meets every bar; each failing set changes one thing.
