@@ -294,17 +294,38 @@ def h2d_bandwidth() -> float:
 
 
 def group_offloaded(model, level: str, run, ref):
-    """diffusers' group offloading of a copy of `model` with streams (block level: one decoder
-    layer per group), run once to warm up (its page-locked copies are made then) and once timed."""
+    """diffusers' group offloading of a copy of `model` with streams, at its fastest settings
+    (`record_stream`, page-locked copies made up front), run once to warm up and once timed. At
+    block level each decoder layer is a group, the next one copied in on the side stream while one
+    runs: block level groups the ModuleLists among the children of the modules it is given, and a
+    causal LM's layers are `model.layers`, so it is given `model` (`block_modules`); without it
+    the whole model is one group, copied in without a stream before every forward."""
     from diffusers.hooks import apply_group_offloading
     off = copy.deepcopy(model)
-    per_group = dict(num_blocks_per_group=1) if level == "block_level" else {}
+    per_group = dict(num_blocks_per_group=1, block_modules=["model"]) if level == "block_level" else {}
     apply_group_offloading(off, onload_device=torch.device("cuda"), offload_device=torch.device("cpu"),
-                           offload_type=level, use_stream=True, **per_group)
+                           offload_type=level, use_stream=True, record_stream=True, **per_group)
+    if level == "block_level":
+        groups = offloading_groups(off)
+        check("diffusers block level: a group of its own for each decoder layer",
+              all(f"model.layers.{i}" in groups for i in range(len(off.model.layers))), f"{len(groups)} groups")
     run(off)
     torch.cuda.reset_peak_memory_stats()
     s, out = timed(lambda: run(off))
     return (f"diffusers {level.split('_')[0]}, streams", s, peaks(), torch.equal(out, ref))
+
+
+def offloading_groups(model) -> dict:
+    """The modules that lead a group of diffusers' group offloading (each module with a hook of
+    one), by name: where the groups begin."""
+    leaders = {}
+    for name, module in model.named_modules():
+        registry = getattr(module, "_diffusers_hook", None)
+        for hook in (registry.hooks.values() if registry is not None else ()):
+            group = getattr(hook, "group", None)
+            if group is not None and group.onload_leader is module:
+                leaders[name] = group
+    return leaders
 
 
 def llama_decoder(args, dtype):
@@ -357,6 +378,14 @@ def peaks() -> tuple[int, int]:
     return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
 
 
+def measured(row: tuple) -> tuple:
+    """`row` (name, seconds, peaks, output equal), printed as soon as it is measured: a run cut
+    short keeps the rows it had."""
+    name, seconds, peak, ok = row
+    print(f"  measured: {name}: {seconds:.3f} s, peaks {peak}, output {'equal' if ok else 'DIFFERS'}", flush=True)
+    return row
+
+
 def peer_rows(model, run, ref) -> list:
     """The offloading peers' rows: accelerate's cpu_offload, and diffusers' group offloading at
     block and at leaf level."""
@@ -367,13 +396,13 @@ def peer_rows(model, run, ref) -> list:
         accelerate.cpu_offload(off, execution_device=torch.device("cuda"))
         torch.cuda.reset_peak_memory_stats()
         s, out = timed(lambda: run(off))
-        rows.append(("accelerate cpu_offload", s, peaks(), torch.equal(out, ref)))
+        rows.append(measured(("accelerate cpu_offload", s, peaks(), torch.equal(out, ref))))
     except Exception as e:  # noqa: BLE001
         check(f"accelerate cpu_offload ran ({type(e).__name__}: {str(e)[:120]})", False)
     torch.cuda.empty_cache()
     for level in ("block_level", "leaf_level"):
         try:
-            rows.append(group_offloaded(model, level, run, ref))
+            rows.append(measured(group_offloaded(model, level, run, ref)))
         except Exception as e:  # noqa: BLE001
             check(f"diffusers {level} ran ({type(e).__name__}: {str(e)[:120]})", False)
         torch.cuda.empty_cache()
@@ -390,7 +419,7 @@ def decoder(args) -> None:
         plain.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=2, do_sample=False)
         torch.cuda.reset_peak_memory_stats()
         s, ref = timed(lambda: plain.generate(ids.cuda(), attention_mask=mask.cuda(), **gen).cpu())
-        rows.append(("resident (PyTorch)", s, peaks(), True))
+        rows.append(measured(("resident (PyTorch)", s, peaks(), True)))
         del plain
         torch.cuda.empty_cache()
 
@@ -402,7 +431,7 @@ def decoder(args) -> None:
             s, out = timed(lambda: on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen).cpu())
             after = residency.stats()
             loaded = after.load_bytes - before.load_bytes
-            rows.append(("tensorref Flow 1/4", s, peaks(), torch.equal(out, ref)))
+            rows.append(measured(("tensorref Flow 1/4", s, peaks(), torch.equal(out, ref))))
             print(f"  Flow: loaded {loaded / 2**30:.2f} GiB, prefetch hits {after.prefetch_hits - before.prefetch_hits}, "
                   f"misses {after.prefetch_misses - before.prefetch_misses}, peak {after.peak_device_bytes / 2**30:.2f} GiB "
                   f"of {budget / 2**30:.2f}, ops {after.ops - before.ops}; the host waited "
