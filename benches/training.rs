@@ -4,7 +4,7 @@
 //! side by side: time per step against Resident, peak device bytes against the budget (on the
 //! simulated device as its allocator counts them, backward's gradients in flight included; and on
 //! CUDA the caching allocator's peak reserved bytes in the run, its cache emptied as the run starts,
-//! and how much that peak grew after the third step: a long run at a tight budget shows any drift), bytes loaded and written back and results
+//! and how much that peak grew after the warm-up: a long run at a tight budget shows any drift), bytes loaded and written back and results
 //! made again per step, the steady-state counters of the Flow GPU work (page-locked allocations,
 //! pageable copies, write-through waits, needless write-backs, inputs loaded on demand, the ops' waits for
 //! copies), and the losses (the same under every policy).
@@ -20,7 +20,7 @@
 //! nothing moved or remade.
 //!
 //!     cargo bench --bench training -- [--device simulated|cuda] [--width 256] [--layers 4]
-//!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tflops 50]
+//!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--warmup 3] [--dropout 0.1] [--tflops 50]
 //!         [--launch-us 5] [--runs genoa,flow,flow+cheaper,flow+always] [--budgets 2,4]
 //!         [--soak MINUTES]   (`make soak`: see `soak`)
 
@@ -39,6 +39,10 @@ struct Args {
     tokens: i64,
     batch: i64,
     steps: usize,
+    /// The steps before the timed ones (two to learn the order, one to follow it first, and
+    /// more where the caches are still filling: each new page-locked block costs milliseconds on
+    /// CUDA), timed apart.
+    warmup: usize,
     dropout: f64,
     /// The schedule model's device: an H100's, with `--tflops` and `--launch-us` if given.
     rates: model::Rates,
@@ -77,6 +81,7 @@ fn args() -> Args {
         tokens: cli.parsed("--tokens", 64),
         batch: cli.parsed("--batch", 16),
         steps: cli.parsed("--steps", 6),
+        warmup: cli.parsed("--warmup", 3),
         dropout: cli.parsed("--dropout", 0.1),
         rates: model::Rates {
             flops: cli.optional("--tflops").map_or(model::Rates::H100.flops, |t: f64| t * 1e12),
@@ -87,8 +92,8 @@ fn args() -> Args {
         budgets: cli.list("--budgets", "2,4"),
         soak: cli.optional("--soak"),
     };
-    if a.steps < 5 {
-        usage("--steps: at least 5 (two to learn the order, one to follow it first, two measured)");
+    if a.warmup < 3 || a.steps < a.warmup + 2 {
+        usage("--warmup: at least 3 (two to learn the order, one to follow it first); --steps: at least two more");
     }
     if a.budgets.contains(&0) {
         usage("--budgets: divisors of the peak, at least 1");
@@ -144,14 +149,16 @@ impl Encoder {
 }
 
 struct Run {
+    /// Over the steps after the warm-up.
     ms_per_step: f64,
+    /// The warm-up's steps, all together.
+    warmup_ms: f64,
     losses: Vec<f64>,
-    /// The counters over the steps after the first three (steady state: two to learn the order,
-    /// one following it for the first time), and at the end.
+    /// The counters over the steps after the warm-up (steady state), and at the end.
     steady: ResidencyStats,
     last: ResidencyStats,
-    /// The caching allocator's peak reserved bytes after the third step: what it grew by since
-    /// is drift.
+    /// The caching allocator's peak reserved bytes after the warm-up: what it grew by since is
+    /// drift.
     reserved_peak_before: u64,
     /// The schedule model's replay of the last step.
     model: Option<model::Replay>,
@@ -201,7 +208,7 @@ impl Training {
     }
 }
 
-/// Trains for `a.steps` steps under the configured manager; the first step is not timed.
+/// Trains for `a.steps` steps under the configured manager, timing the warm-up's steps apart.
 fn train(a: &Args) -> Result<Run> {
     residency::reset_reserved_peak()?; // this run's own peak, not the process's
     residency::device_memory(true);
@@ -209,17 +216,16 @@ fn train(a: &Args) -> Result<Run> {
     if residency::enabled() {
         residency::schedule_log_start()?;
     }
-    let (mut losses, mut started, mut before) = (vec![], Instant::now(), ResidencyStats::default());
+    let (mut losses, mut started, mut before, mut warmup_ms) = (vec![], Instant::now(), ResidencyStats::default(), 0.0);
     for step in 1..=a.steps {
-        if step == 2 {
+        if step == a.warmup + 1 {
+            warmup_ms = started.elapsed().as_secs_f64() * 1e3;
             started = Instant::now();
-        }
-        if step == 4 {
             before = residency::stats().unwrap_or_default();
         }
         losses.push(training.step(step)?);
     }
-    let ms_per_step = started.elapsed().as_secs_f64() * 1e3 / (a.steps - 1) as f64;
+    let ms_per_step = started.elapsed().as_secs_f64() * 1e3 / (a.steps - a.warmup) as f64;
     let last = residency::stats().unwrap_or_default();
     let steady = ResidencyStats {
         load_bytes: last.load_bytes - before.load_bytes,
@@ -235,7 +241,7 @@ fn train(a: &Args) -> Result<Run> {
     };
     let model = residency::schedule_log().map(|step| a.rates.replay(&step, 4));
     let peak = last.peak_device_bytes.max(residency::device_memory(false).peak);
-    Ok(Run { ms_per_step, losses, steady, last, reserved_peak_before: before.peak_reserved_bytes, model, peak })
+    Ok(Run { ms_per_step, warmup_ms, losses, steady, last, reserved_peak_before: before.peak_reserved_bytes, model, peak })
 }
 
 /// What must repeat exactly from one step to the next once the order is learned: the handles
@@ -326,20 +332,21 @@ fn main() -> Result<()> {
         return soak(&a, peak, minutes);
     }
     println!(
-        "{:<16} {:>9} {:>9} {:>7} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9} {:>8} {:>10}  losses",
-        "policy", "budget", "ms/step", "x Res.", "model x", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "wthru", "needless", "misses", "load wait"
+        "{:<16} {:>9} {:>9} {:>7} {:>9} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9} {:>8} {:>10}  losses",
+        "policy", "budget", "ms/step", "x Res.", "warm-up", "model x", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "wthru", "needless", "misses", "load wait"
     );
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let row = |name: &str, budget: Option<u64>, r: &Run| {
-        let measured = a.steps as u64 - 3;
+        let measured = (a.steps - a.warmup) as u64;
         let per_step = |b: u64| mib(b / measured);
         let s = &r.steady;
         println!(
-            "{:<16} {:>9} {:>9.1} {:>7.2} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9} {:>8} {:>7.2} ms  {}",
+            "{:<16} {:>9} {:>9.1} {:>7.2} {:>9.0} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9} {:>8} {:>7.2} ms  {}",
             name,
             budget.map_or("-".into(), mib),
             r.ms_per_step,
             r.ms_per_step / resident.ms_per_step,
+            r.warmup_ms,
             r.model.filter(|_| budget.is_some()).map_or("-".into(), |m| format!("{:.2}", m.slowdown())),
             budget.map_or("-".into(), |b| format!("{:.2}", r.peak as f64 / b as f64)),
             match r.last.peak_reserved_bytes {
@@ -375,14 +382,15 @@ fn main() -> Result<()> {
             failed.extend(checks(&a, &name, budget, &run, &resident));
         }
     }
-    println!("\nPer step and counters: the steps after the third (steady state). pinned+: new page-locked");
+    println!("\nPer step and counters: the steps after the {} of the warm-up (steady state; warm-up: those steps'", a.warmup);
+    println!("milliseconds together, the order learnt and the caches filled). pinned+: new page-locked");
     println!("allocations; pageable: copies from or to pageable memory; wthru: ops that waited for a write-through");
     println!("of memory shared outside; needless: write-backs of copies nobody modified; misses: inputs loaded");
     println!("on demand a step (not prefetched); load wait: time a step's ops waited for their inputs' copies");
     println!("(on the simulated device, the demand copies); remade: results made again (+cheaper: dropped");
     println!("when remaking is estimated cheaper than the copies; +always: whenever they can be made again).");
     println!("reserved: the CUDA caching allocator's peak in the run (the manager's bytes, others' and fragmentation),");
-    println!("and how much it grew after the third step (drift; run many --steps to see it).");
+    println!("and how much it grew after the warm-up (drift; run many --steps to see it).");
     if let Some(unmanaged) = modelled {
         println!("model x: the schedule model's step against the same step with nothing moved or remade ({:.2} ms:", unmanaged * 1e3);
         println!(

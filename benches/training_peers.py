@@ -11,7 +11,11 @@ registered, libtorch takes it for the process's accelerator and a plain CUDA bac
 (pytorch/pytorch#161129); the GPU bundle runs the peers, then these rows, and compares.
 
     python3 benches/training_peers.py [--device cpu|cuda] [--width 256] [--layers 4] [--heads 4]
-        [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tensorref] [--json PATH] [--profile]
+        [--tokens 64] [--batch 16] [--steps 6] [--warmup 3] [--dropout 0.1] [--tensorref] [--json PATH] [--profile]
+
+Time per step is over the steps after --warmup steps (timed apart: on the tensorref device the
+order is learnt and the caches fill then, each new page-locked block costing milliseconds on
+CUDA), the same for every row.
 
 --profile prints where each row's last step spends its time (torch.profiler: the ops by their own
 host time, and the device's kernels and copies), after the timed steps.
@@ -101,22 +105,23 @@ def train(a, device, mode, sync=None, timing_starts=lambda: None):
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    losses, started = [], time.perf_counter()
+    losses, started, warmup_ms = [], time.perf_counter(), 0.0
     for step in range(a.steps):
-        if step == 1:
+        if step == a.warmup:
             if cuda:
                 torch.cuda.synchronize()
             timing_starts()
+            warmup_ms = (time.perf_counter() - started) * 1e3
             started = time.perf_counter()
         losses.append(step_once(layers, classifier, opt, x, labels, a, mode, cuda))
     if cuda:
         torch.cuda.synchronize()
-    ms = (time.perf_counter() - started) * 1e3 / (a.steps - 1)
+    ms = (time.perf_counter() - started) * 1e3 / (a.steps - a.warmup)
     if a.profile:
         profile_step(lambda: step_once(layers, classifier, opt, x, labels, a, mode, cuda), mode, cuda)
     peak = torch.cuda.max_memory_allocated() if cuda else None
     reserved = torch.cuda.max_memory_reserved() if cuda else None
-    return {"mode": mode, "ms_per_step": ms, "peak_allocated": peak, "peak_reserved": reserved, "losses": losses}
+    return {"mode": mode, "ms_per_step": ms, "timed_steps": a.steps - a.warmup, "warmup_ms": warmup_ms, "peak_allocated": peak, "peak_reserved": reserved, "losses": losses}
 
 
 def train_on_tensorref(a):
@@ -145,28 +150,31 @@ def train_on_tensorref(a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    for name, default in [("width", 256), ("layers", 4), ("heads", 4), ("tokens", 64), ("batch", 16), ("steps", 6)]:
+    for name, default in [("width", 256), ("layers", 4), ("heads", 4), ("tokens", 64), ("batch", 16), ("steps", 6),
+                          ("warmup", 3)]:
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--tensorref", action="store_true", help="the rows of the tensorref device instead of the peers")
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="print where each row's last step spends its time")
     a = ap.parse_args()
+    if a.warmup < 1 or a.steps < a.warmup + 1:
+        ap.error("--warmup: at least 1; --steps: more than --warmup")
     print(f"PyTorch {torch.__version__} on {a.device}: a {a.layers}-layer encoder (width {a.width}, {a.heads} heads, "
-          f"{a.batch} sequences of {a.tokens} tokens), Adam, {a.steps} steps")
+          f"{a.batch} sequences of {a.tokens} tokens), Adam, {a.steps} steps, the first {a.warmup} timed apart")
     if a.tensorref:
         rows = train_on_tensorref(a)
     else:
         rows = [train(a, a.device, mode) for mode in ["unmanaged", "save_on_cpu", "checkpoint"]]
     base = rows[0]["ms_per_step"]
     mib = lambda b: "-" if b is None else f"{b / 2**20:.1f} MiB"
-    print(f"{'':<22} {'ms/step':>9} {'x first':>9} {'budget':>12} {'peak alloc':>12} {'peak reserved':>14}  losses")
+    print(f"{'':<22} {'ms/step':>9} {'x first':>9} {'warm-up ms':>11} {'budget':>12} {'peak alloc':>12} {'peak reserved':>14}  losses")
     for r in rows:
-        print(f"{r['mode']:<22} {r['ms_per_step']:>9.1f} {r['ms_per_step'] / base:>9.2f} {mib(r.get('budget')):>12} "
+        print(f"{r['mode']:<22} {r['ms_per_step']:>9.1f} {r['ms_per_step'] / base:>9.2f} {r['warmup_ms']:>11.0f} {mib(r.get('budget')):>12} "
               f"{mib(r['peak_allocated']):>12} {mib(r['peak_reserved']):>14}  " + " ".join(f"{l:.4f}" for l in r["losses"]))
     for r in rows:
         if "load_bytes" in r:
-            per_step = lambda f: r[f] / (a.steps - 1)
+            per_step = lambda f: r[f] / (a.steps - a.warmup)
             print(f"{r['mode']:<22} per timed step: loads {mib(per_step('load_bytes'))}, write-backs "
                   f"{mib(per_step('write_back_bytes'))}, recomputed {mib(per_step('recomputed_bytes'))}, "
                   f"{per_step('page_locked_allocs'):.1f} page-locked allocations ({mib(per_step('page_locked_bytes'))})")

@@ -108,7 +108,7 @@ part_opt30b() {
 # Training under a budget: a BERT-base-sized encoder under Resident, Genoa and Flow at a half and a
 # quarter of its unmanaged peak, and PyTorch unmanaged, with save_on_cpu and with checkpointing;
 # then the same PyTorch code on the tensorref device at a half, and a quarter with recomputation.
-enc=(--width 768 --layers 12 --heads 12 --tokens 128 --batch 32 --steps 8)
+enc=(--width 768 --layers 12 --heads 12 --tokens 128 --batch 32 --steps 12 --warmup 6)
 part_training() {
   step bench-training "$here/bin/bench-training" --device cuda "${enc[@]}"
   part_device_training
