@@ -134,7 +134,10 @@ part_torch_device() {
     python3 "$here/torch_device_cuda.py" ${TORCH_DEVICE_ARGS:-}
 }
 
-for part in $parts; do "part_${part//-/_}"; done
+for part in $parts; do
+  [[ $part == device-training ]] && wants training && continue  # training runs it
+  "part_${part//-/_}"
+done
 
 finish python3 "$here/summary.py" "$results"
 rc=$?
