@@ -162,6 +162,27 @@ def test_greedy_generation_with_its_kv_cache_equals_the_cpu(name, recompute):
     assert peak <= budget
 
 
+def test_a_model_loaded_onto_the_device_by_from_pretrained_generates_as_on_the_cpu(tmp_path):
+    """How a large model is loaded: `from_pretrained(..., device_map="tensorref")` (through
+    accelerate) puts each weight on the device as it is read, inside the session, so the weights
+    never exceed the budget on the device, and `generate` follows as on the CPU."""
+    model, ids = _made("llama"), _inputs()
+    mask = torch.ones_like(ids)
+    gen = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, **gen)
+    budget = sum(p.nbytes for p in model.parameters()) // 4
+    with residency.session(policy="flow", budget_bytes=budget):
+        on = transformers.LlamaForCausalLM.from_pretrained(tmp_path, device_map="tensorref").eval()
+        assert {p.device.type for p in on.parameters()} == {"tensorref"}
+        with torch.no_grad():
+            got = on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen).cpu()
+        s, real = residency.stats(), residency.device_memory().peak
+    assert torch.equal(got, ref)
+    assert s.ops > 0 and s.evictions > 0 and real <= budget, (s, real)
+
+
 def test_flow_prefetches_what_each_decode_step_reads():
     """Each step of `generate()` reads the token the step before made at its end: the manager
     still takes the steps for repeats of one another, and loads the weights ahead of their use
