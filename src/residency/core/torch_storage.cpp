@@ -152,11 +152,16 @@ struct StorageRef {
 static_assert(sizeof(StorageRef) == 2 * sizeof(void *) && alignof(StorageRef) == alignof(void *),
               "StorageRef in torch_storage.rs is two words");
 
+// Whether `dp` is page-locked host memory: the simulated device's, or, where the manager computes
+// on CUDA, host memory CUDA pinned. Only host memory is asked about: CUDA's answer
+// (cudaPointerGetAttributes, behind a device guard and a look for a primary context) costs
+// microseconds, and every result, gradient and saved tensor the device makes is registered
+// through here.
 bool is_page_locked(const at::DataPtr &dp, bool cuda) {
     if (dp.get_deleter() == &simulated_free) {
         return true;
     }
-    return cuda && at::detail::getCUDAHooks().isPinnedPtr(dp.get());
+    return cuda && dp.device().is_cpu() && at::detail::getCUDAHooks().isPinnedPtr(dp.get());
 }
 
 } // namespace
