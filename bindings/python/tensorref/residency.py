@@ -102,6 +102,15 @@ _warned_resident: list[bool] = []
 _configured: list[Config] = []
 _saved_batch: list[int] = []
 
+# Called with True as a manager configured through this module starts and False as it stops:
+# the `tensorref` torch device's iteration marks follow it (torch_device.mark_iterations).
+_followers: list[Callable[[bool], None]] = []
+
+
+def _follow(on: bool) -> None:
+    for follower in _followers:
+        follower(on)
+
 
 def configure(config: Config | None = None, **fields) -> Config:
     """Starts (or replaces) the process's manager with `config`, or a Config of `fields`.
@@ -126,6 +135,7 @@ def configure(config: Config | None = None, **fields) -> Config:
         # ops of the `tensorref` device, which run on CUDA, would draw unseeded.
         sys.modules["torch"].cuda.init()
     marked_by_program.clear()
+    _follow(True)
     if not _saved_batch:
         _saved_batch.append(_ownership.set_release_batch(1))
     _configured.append(config)
@@ -137,6 +147,7 @@ def disable() -> None:
     flush_releases()
     _check(lib.tr_residency_disable(), "tr_residency_disable")
     _torch_saved.follow(False)
+    _follow(False)
     _configured.clear()
     if _saved_batch:
         _ownership.set_release_batch(_saved_batch.pop())

@@ -90,13 +90,16 @@ def _device_module() -> types.ModuleType:
 
 def register() -> None:
     """Registers the device with libtorch (tr_torch_device_register), names it in torch, and
-    marks iterations at modules' forward calls (`mark_iterations`). Idempotent."""
+    marks iterations at modules' forward calls while a manager runs (`mark_iterations`).
+    Idempotent."""
     check(lib.tr_torch_device_register(), "tr_torch_device_register")
     if getattr(torch, NAME, None) is None:
         torch.utils.rename_privateuse1_backend(NAME)
         torch._register_device_module(NAME, _device_module())
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
-    mark_iterations()
+    if mark_iterations not in residency._followers:
+        residency._followers.append(mark_iterations)
+        mark_iterations(residency.enabled())
 
 
 _calls = threading.local()  # .depth: module forward calls running on this thread
@@ -112,7 +115,9 @@ def _before_forward(module, args):
 
 
 def _after_forward(module, args, output):
-    _calls.depth -= 1
+    # Never below 0: the hooks may be installed while a forward call runs (a session opened
+    # inside one), whose end then comes without its beginning.
+    _calls.depth = max(0, getattr(_calls, "depth", 0) - 1)
 
 
 def _on_device(module) -> bool:
@@ -120,13 +125,18 @@ def _on_device(module) -> bool:
     return p is not None and p.device.type == NAME
 
 
-def mark_iterations() -> None:
+def mark_iterations(on: bool = True) -> None:
     """Iterations without being told: each outermost forward call of a module whose parameters
     are on the device marks one (a training step's forward, backward and optimizer step; one
     decode step of generate()), so Flow learns the op order of a model that never calls
-    `residency.mark_iteration`. Installed by `register`; a program that marks itself
-    turns it off (until the next manager). Global module hooks: each module call costs two Python
-    calls more."""
-    if not _hooks:
+    `residency.mark_iteration`. A program that marks itself turns it off (until the next
+    manager). Global module hooks, so each module call costs two Python calls more: installed
+    (`on`) while a manager configured from Python runs, or one `register` finds running, and
+    removed as it stops, so that outside a session a process's modules (and torch.compile, which
+    warns of global hooks) see none."""
+    if on and not _hooks:
         _hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(_before_forward))
         _hooks.append(torch.nn.modules.module.register_module_forward_hook(_after_forward, always_call=True))
+    elif not on:
+        while _hooks:
+            _hooks.pop().remove()

@@ -479,6 +479,30 @@ def test_flow_learns_the_order_of_a_model_that_never_marks_an_iteration():
     assert s.prefetch_hits > 0, s
 
 
+def test_the_iteration_marks_hook_modules_only_while_a_manager_runs():
+    """The hooks that mark iterations are global (every module's calls): outside a session no
+    module pays for them, and torch.compile, which warns of global hooks, finds none."""
+    import warnings
+
+    def ours():
+        hooks = torch.nn.modules.module._global_forward_pre_hooks.values()
+        return [h for h in hooks if h is torch_device._before_forward]
+
+    assert not ours()
+    with residency.session(policy="flow", budget_bytes=1 << 20):
+        assert len(ours()) == 1
+        with residency.session(policy="genoa", budget_bytes=1 << 20):
+            assert len(ours()) == 1
+        assert len(ours()) == 1
+    assert not ours()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.randn(2, 4)
+        linear = torch.nn.Linear(4, 4)
+        assert torch.equal(torch.compile(linear, backend="eager")(x), linear(x))
+    assert not [w for w in caught if "global hooks" in str(w.message)], [str(w.message) for w in caught]
+
+
 def test_flow_learns_the_order_of_code_with_no_module_and_no_mark():
     """No module call marks an iteration here: the manager finds the passes in the repeating op
     sequence itself, as it does for C and C++ programs (examples/cpp/aten_device.cpp)."""
