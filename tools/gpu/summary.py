@@ -138,8 +138,9 @@ def shape_table(shape, ours, peers, v: Verdicts):
 
 def training_table(peers, device, v: Verdicts):
     """The encoder trained as plain PyTorch on the tensorref device against the PyTorch peers, time
-    per step after the warm-up (whose steps' time is printed beside), with the issue's bars: at 1/2 of the peak at most 1.15x the unmanaged step; at 1/4 faster than
-    save_on_cpu and than checkpointing. Every row's losses must equal the unmanaged run's."""
+    per step after the warm-up (whose steps' time is printed beside), with the issue's bars: at
+    1/2 of the peak at most 1.15x the unmanaged step; at 1/4 faster than save_on_cpu and than
+    checkpointing. Every row's losses must equal the unmanaged run's."""
     rows = {r["mode"]: r for r in peers + device}
     print("\ntraining on the tensorref device (PyTorch code unchanged) beside the PyTorch peers")
     print(f"  {'':<22} {'ms/step':>9} {'warm-up ms':>11} {'budget':>10} {'peak alloc':>11} {'peak reserved':>14}  losses equal")
