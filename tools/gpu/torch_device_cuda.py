@@ -381,8 +381,9 @@ def peaks() -> tuple[int, int]:
 def measured(row: tuple) -> tuple:
     """`row` (name, seconds, peaks, output equal), printed as soon as it is measured: a run cut
     short keeps the rows it had."""
-    name, seconds, peak, ok = row
-    print(f"  measured: {name}: {seconds:.3f} s, peaks {peak}, output {'equal' if ok else 'DIFFERS'}", flush=True)
+    name, seconds, (allocated, reserved), ok = row
+    print(f"  measured: {name}: {seconds:.3f} s, peak allocated {allocated / 2**30:.2f} GiB, reserved "
+          f"{reserved / 2**30:.2f} GiB, output {'equal' if ok else 'DIFFERS'}", flush=True)
     return row
 
 
