@@ -294,8 +294,9 @@ def h2d_bandwidth() -> float:
 
 
 def group_offloaded(model, level: str, run, ref):
-    """diffusers' group offloading of a copy of `model` with streams, at its fastest settings
-    (`record_stream`, page-locked copies made up front), run once to warm up and once timed. At
+    """diffusers' group offloading (`level`: "block" or "leaf") of a copy of `model` with streams,
+    at its fastest settings (`record_stream`, page-locked copies made up front), run once to warm
+    up and once timed. At
     block level each decoder layer is a group, the next one copied in on the side stream while one
     runs: block level groups the ModuleLists among the children of the modules it is given, and a
     causal LM's layers are `model.layers`, so it is given `model` (`block_modules`); without it
