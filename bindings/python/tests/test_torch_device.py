@@ -524,6 +524,46 @@ def test_flow_learns_the_order_of_code_with_no_module_and_no_mark():
     assert s.prefetch_hits > 0 and s.evictions > 0, s
 
 
+def test_flow_learns_the_order_of_a_training_step_with_no_module_and_no_mark():
+    """A training step is found as one iteration, though a weight is read in forward, again in
+    backward (transposed) and by the optimizer, and the optimizer's foreach ops over 20
+    parameters each make 20 results: had these been taken for the step repeating, the step
+    would have been found as several iterations, none like the one before, and Flow would have
+    followed none (no prefetch at all, as in benches/training_peers.py until 2026-12-07)."""
+    torch.manual_seed(0)
+    weights = [torch.randn(32, 32) / 6 for _ in range(20)]
+    x = torch.randn(16, 32)
+
+    def train(device, steps=6, learned=lambda: None):
+        ws = [w.clone().to(device).requires_grad_(True) for w in weights]
+        opt = torch.optim.Adam(ws, lr=1e-2, foreach=True)
+        tx, losses = x.to(device), []
+        for step in range(steps):
+            if step == 3:
+                learned()
+            h = tx
+            for w in ws:
+                h = torch.tanh(h @ w)
+            loss = h.square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [w.detach().cpu() for w in ws]
+
+    ref_losses, ref_weights = train("cpu")
+    marks = []
+    # Weights, gradients and Adam's two moments fill the budget: nothing else fits beside them.
+    with residency.session(policy="flow", budget_bytes=4 * sum(w.nbytes for w in weights)):
+        losses, trained = train("tensorref", learned=lambda: marks.append(residency.stats()))
+        s = residency.stats()
+    assert losses == ref_losses and all(torch.equal(a, b) for a, b in zip(trained, ref_weights))
+    hits, misses = s.prefetch_hits - marks[0].prefetch_hits, s.prefetch_misses - marks[0].prefetch_misses
+    # The survivors of each iteration found (gradients, Adam's moments) are followed too: with
+    # them named by an iteration gone, they would be loaded on demand, never prefetched.
+    assert s.evictions > marks[0].evictions and hits > 0 and misses == 0, (hits, misses)
+
+
 def test_an_op_with_several_outputs_is_one_op():
     x = torch.randn(16)
     with residency.session(policy="flow", budget_bytes=1 << 20):

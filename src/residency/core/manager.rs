@@ -470,6 +470,7 @@ impl Manager {
         let key = self.trace.op_end(op, inputs, output, anchor);
         if self.trace.iteration() != iteration {
             self.report.iteration(); // a boundary Flow found by itself
+            self.persist_survivors();
         }
         key
     }
@@ -510,8 +511,9 @@ impl Manager {
     /// optimizer state, a cache) are named by their own id from the next iteration on, as
     /// tensors made before the first are: the trace records their uses, and Flow sees when they
     /// are needed again (a result's key from a past iteration reads as never used again, so it
-    /// would be evicted first, and never prefetched). Only at marks the program sets: a detected
-    /// boundary may be wrong, and persistent inputs sign the ops that detect them.
+    /// would be evicted first, and never prefetched). At every boundary, marked or found: at a
+    /// found one, the ops that read them gain anchors, which recur once an iteration as the
+    /// others do (an anchor is signed by its op and how the op reads them: `Ticket::anchor`).
     fn persist_survivors(&mut self) {
         let iteration = self.trace.iteration();
         let mut survived = Vec::new();

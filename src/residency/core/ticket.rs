@@ -246,8 +246,10 @@ impl Ticket {
     fn acquire_storage(&mut self, entry: &Entry, like: &tch::Tensor, write: bool) -> Result<tch::Tensor> {
         let a = with(|m| m.acquire_as(entry, like, write, self.op))?;
         if let (TraceKey::Persistent(id), true) = (a.key, a.used_before) {
-            // FNV-1a over the already-used persistent inputs: the op's anchor signature.
-            self.anchor = (self.anchor ^ id).wrapping_mul(0x100_0000_01b3);
+            // The op's anchor signature (`anchor`): FNV-1a over the already-used persistent
+            // inputs, each with whether the op read it contiguous.
+            let read_as = u64::from(crate::residency::torch_storage::is_contiguous(like)) << 63;
+            self.anchor = fnv(self.anchor, id ^ read_as);
             self.anchored = true;
         }
         self.acquired.push(a.storage);
@@ -255,6 +257,16 @@ impl Ticket {
             self.record.push((a.key, a.bytes));
         }
         Ok(a.view)
+    }
+
+    /// The op's anchor signature, by which an iteration the program does not mark is found
+    /// (`Trace::op_end`), if it read a persistent storage it had read before: its inputs' part
+    /// with the op's name (its interned pointer) folded in. Name and reading tell a weight read
+    /// in forward (`x @ w`) from the same weight read in backward (`grad @ w.t()`, `w`
+    /// transposed) and by the optimizer: were they one anchor, a training step would be found
+    /// as two iterations or three, none repeating the one before, and Flow would follow none.
+    fn anchor(&self) -> Option<u64> {
+        self.anchored.then(|| fnv(self.anchor, self.op.as_ptr() as u64))
     }
 
     /// The device copy of a parameter's gradient, if it has one (held until the op ends).
@@ -300,7 +312,7 @@ impl Ticket {
             r
         });
         let graph = crate::residency::torch_storage::requires_grad(&result).then(|| result.shallow_clone());
-        let anchor = self.anchored.then_some(self.anchor);
+        let anchor = self.anchor();
         let acquired = std::mem::take(&mut self.acquired);
         let reserved = self.reserved.take().unwrap_or(0);
         let placed = with(|m| m.place_reserved(reserved, |m| m.place_result(&result, self.op, &self.record, anchor, recipe)));
@@ -322,15 +334,16 @@ impl Ticket {
     /// Places each of an op's results (a new storage each, or a view of a storage the manager
     /// knows), then ends the op; for `acquire_as`'s front door. A new storage keeps its recipe
     /// from `recipes` (one per result). The trace records the op once per result, so that each
-    /// has a key of its own; the stats count it once. On an error the ticket stays open, as with
-    /// `finish`.
+    /// has a key of its own, and with its anchor once: as the anchor of each, the results of an
+    /// op over lists (`_foreach_sqrt` of 41 tensors) would be found as iterations 16 ops long.
+    /// The stats count it once. On an error the ticket stays open, as with `finish`.
     pub(crate) fn finish_many(&mut self, results: &[tch::Tensor], recipes: Option<Vec<Recipe>>) -> Result<Vec<Entry>> {
         self.check()?;
         if !self.moves || self.acquired.is_empty() {
             self.end()?;
             return Ok(results.iter().map(|r| Entry::new(r.shallow_clone())).collect());
         }
-        let anchor = self.anchored.then_some(self.anchor);
+        let anchor = self.anchor();
         let (op, record, kernel_bytes) = (self.op, &self.record, self.kernel_bytes.get());
         let mut recipes = recipes.map(Vec::into_iter);
         let reserved = self.reserved.take().unwrap_or(0);
@@ -338,12 +351,13 @@ impl Ticket {
             let placed = m.place_reserved(reserved, |m| {
                 results
                     .iter()
-                    .map(|r| {
+                    .enumerate()
+                    .map(|(i, r)| {
                         let recipe = recipes.as_mut().and_then(Iterator::next).map(|mut recipe| {
                             recipe.kernel_bytes = kernel_bytes;
                             recipe
                         });
-                        m.place_result(r, op, record, anchor, recipe)
+                        m.place_result(r, op, record, anchor.filter(|_| i == 0), recipe)
                     })
                     .collect::<Result<Vec<_>>>()
             })?;
@@ -358,7 +372,7 @@ impl Ticket {
     /// Ends an op that made no tensor.
     pub(crate) fn end(&mut self) -> Result<()> {
         self.check()?;
-        let anchor = self.anchored.then_some(self.anchor);
+        let anchor = self.anchor();
         let acquired = std::mem::take(&mut self.acquired);
         let reserved = self.reserved.take().unwrap_or(0);
         with(|m| {
@@ -395,4 +409,9 @@ impl Drop for Ticket {
         }
         let _ = crate::residency::core::room::finish_op(None, acquired);
     }
+}
+
+/// One step of FNV-1a over 64-bit words.
+fn fnv(hash: u64, word: u64) -> u64 {
+    (hash ^ word).wrapping_mul(0x100_0000_01b3)
 }

@@ -215,6 +215,10 @@ int tr_native_requires_grad(const void *t) {
     return static_cast<const at::Tensor *>(t)->requires_grad();
 }
 
+int tr_native_is_contiguous(const void *t) {
+    return static_cast<const at::Tensor *>(t)->is_contiguous();
+}
+
 // A tensor with the dtype, sizes, strides and storage offset of `like`, over the storage (and on
 // the device) of `holder`: `like`'s view of another copy of its storage.
 int tr_native_view_on(const void *holder, const void *like, void **out, char *err, size_t err_len) {

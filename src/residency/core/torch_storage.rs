@@ -56,6 +56,7 @@ extern "C" {
     fn tr_native_tensor_holders(t: *const c_void) -> i32;
     fn tr_native_tensor_impl(t: *const c_void) -> usize;
     fn tr_native_requires_grad(t: *const c_void) -> c_int;
+    fn tr_native_is_contiguous(t: *const c_void) -> c_int;
     fn tr_native_on_private_use1(t: *const c_void) -> c_int;
 }
 
@@ -94,6 +95,13 @@ pub(crate) fn on_tensorref_device(t: &tch::Tensor) -> bool {
 pub(crate) fn requires_grad(t: &tch::Tensor) -> bool {
     // SAFETY: `t` is live for the call; the shim reads it.
     unsafe { tr_native_requires_grad(t.as_ptr().cast()) != 0 }
+}
+
+/// Whether `t` is contiguous, asked of libtorch directly (a flag it keeps; tch's call would
+/// panic where libtorch threw, which it does not for a live tensor).
+pub(crate) fn is_contiguous(t: &tch::Tensor) -> bool {
+    // SAFETY: `t` is live for the call; the shim reads it.
+    unsafe { tr_native_is_contiguous(t.as_ptr().cast()) != 0 }
 }
 
 /// What the manager keeps of a storage, its home or its device copy: a counted reference to its
