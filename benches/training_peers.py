@@ -8,7 +8,10 @@ manager computing on --device (cuda, or the simulated device for cpu): under Res
 of device bytes is the unmanaged peak the budgets are fractions of), under Flow at 1/2 of it, and
 at 1/4 with recomputation ("cheaper"). Run it in a process of its own: once the device is
 registered, libtorch takes it for the process's accelerator and a plain CUDA backward fails
-(pytorch/pytorch#161129); the GPU bundle runs the peers, then these rows, and compares.
+(pytorch/pytorch#161129); the GPU bundle runs the peers, then these rows, and compares. Each of these rows also prints the
+schedule model of its last step (`residency.schedule_model`: its copies and kernels on a GPU with
+a copy engine each way, at an H100's rates on the simulated device): a lower bound of that step
+on the GPU, against the same step with everything resident.
 
     python3 benches/training_peers.py [--device cpu|cuda] [--width 256] [--layers 4] [--heads 4]
         [--tokens 64] [--batch 16] [--steps 6] [--warmup 3] [--dropout 0.1] [--tensorref] [--json PATH] [--profile]
@@ -138,10 +141,12 @@ def train_on_tensorref(a):
         cfg = dict(policy="resident") if fraction is None else dict(policy="flow", budget_bytes=peak // fraction, recompute=recompute)
         timed = []
         with residency.session(device=manager_device, **cfg):
+            residency.schedule_log_start()
             row = train(a, "tensorref", mode, sync=a.device, timing_starts=lambda: timed.append(residency.stats()))
-            s = residency.stats()
+            s, model = residency.stats(), residency.schedule_model(4)
         peak = peak or s.peak_device_bytes
         row.update(budget=cfg.get("budget_bytes"), manager_peak=s.peak_device_bytes,
+                   model={f: getattr(model, f) for f, _ in model._fields_},
                    **{f: getattr(s, f) - getattr(timed[0], f) for f in ("load_bytes", "write_back_bytes", "recomputed_bytes", "page_locked_allocs", "page_locked_bytes")})
         rows.append(row)
     return rows
@@ -178,6 +183,13 @@ def main():
             print(f"{r['mode']:<22} per timed step: loads {mib(per_step('load_bytes'))}, write-backs "
                   f"{mib(per_step('write_back_bytes'))}, recomputed {mib(per_step('recomputed_bytes'))}, "
                   f"{per_step('page_locked_allocs'):.1f} page-locked allocations ({mib(per_step('page_locked_bytes'))})")
+    for r in rows:
+        if "model" in r:
+            m = r["model"]
+            print(f"{r['mode']:<22} schedule model of the last step: {m['step_s'] * 1e3:.2f} ms, "
+                  f"{m['step_s'] / m['unmanaged_s']:.2f}x the same step unmanaged ({m['unmanaged_s'] * 1e3:.2f} ms), "
+                  f"{m['step_s'] / m['bound_s']:.2f}x its bound ({m['bound_s'] * 1e3:.2f} ms); "
+                  f"loaded {mib(m['loaded_bytes'])}, written back {mib(m['written_bytes'])}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

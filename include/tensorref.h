@@ -584,6 +584,36 @@ typedef struct tr_device_memory {
 } tr_device_memory;
 
 /**
+ * The schedule model of the last iteration the manager logged (`tr_residency_schedule_model`),
+ * in seconds at the rates the manager prices with: an H100's on the simulated device; on CUDA,
+ * the GPU's as measured when the manager starts under recompute "cheaper", else an H100's.
+ */
+typedef struct tr_schedule_model {
+  /**
+   * The iteration's time with its copies, waits and results made again: a lower bound of what
+   * it takes on a GPU at these rates.
+   */
+  double step_s;
+  /**
+   * The same iteration with nothing moved or made again (every tensor resident).
+   */
+  double unmanaged_s;
+  /**
+   * What no schedule of these copies and ops beats: max(bytes loaded, bytes written back) over
+   * the link's bandwidth, or the kernels' time, whichever is more.
+   */
+  double bound_s;
+  /**
+   * Bytes loaded onto the device in the iteration, prefetches included.
+   */
+  uint64_t loaded_bytes;
+  /**
+   * Bytes written back to host memory in the iteration.
+   */
+  uint64_t written_bytes;
+} tr_schedule_model;
+
+/**
  * One manager event, valid only during the callback.
  */
 typedef struct tr_event {
@@ -959,6 +989,24 @@ tr_status tr_residency_device_memory(bool reset_peak, struct tr_device_memory *o
  * of that path on a machine without a GPU; off by default.
  */
 tr_status tr_residency_simulate_cuda_allocator(bool on);
+
+/**
+ * Starts logging each iteration for the schedule model (`tr_residency_schedule_model`). Under
+ * recompute "cheaper", which prices with it, the manager logs from the start and this keeps that
+ * log. Errors: TR_ERR_INVALID_ARG without a manager.
+ */
+tr_status tr_residency_schedule_log_start(void);
+
+/**
+ * Writes the schedule model of the last complete iteration logged since
+ * `tr_residency_schedule_log_start` (a model of the manager's copies and ops on a GPU: a copy
+ * engine each way and a compute engine, at the rates the manager prices with; on the simulated
+ * device an H100's), its matrix products counting elements of `element_bytes` bytes: a lower
+ * bound of the iteration's time on such a GPU, beside the same iteration with everything
+ * resident. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG without a manager, before an iteration
+ * was logged, or with `element_bytes` not 1, 2, 4 or 8.
+ */
+tr_status tr_residency_schedule_model(size_t element_bytes, struct tr_schedule_model *out);
 
 /**
  * Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the ops

@@ -1,10 +1,11 @@
 //! The residency manager through the C ABI: configuration, statistics, iteration marks, pins,
-//! the event callback and the timeline.
+//! the event callback, the timeline and the schedule model.
 
 use super::boundary::{call, out_arg};
 use super::handles::TrTensor;
 use crate::error::{Error, Status};
 use crate::registry::TensorId;
+use crate::residency::model::ScheduleModel;
 use crate::residency::{self, Device, Config, DeviceMemory, Event, Policy, Recompute, ResidencyStats};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -187,6 +188,30 @@ pub extern "C" fn tr_residency_device_memory(reset_peak: bool, out: *mut DeviceM
 pub extern "C" fn tr_residency_simulate_cuda_allocator(on: bool) -> Status {
     call(|| {
         residency::simulate_cuda_allocator(on);
+        Ok(())
+    })
+}
+
+/// Starts logging each iteration for the schedule model (`tr_residency_schedule_model`). Under
+/// recompute "cheaper", which prices with it, the manager logs from the start and this keeps that
+/// log. Errors: TR_ERR_INVALID_ARG without a manager.
+#[no_mangle]
+pub extern "C" fn tr_residency_schedule_log_start() -> Status {
+    call(residency::schedule_log_start)
+}
+
+/// Writes the schedule model of the last complete iteration logged since
+/// `tr_residency_schedule_log_start` (a model of the manager's copies and ops on a GPU: a copy
+/// engine each way and a compute engine, at the rates the manager prices with; on the simulated
+/// device an H100's), its matrix products counting elements of `element_bytes` bytes: a lower
+/// bound of the iteration's time on such a GPU, beside the same iteration with everything
+/// resident. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG without a manager, before an iteration
+/// was logged, or with `element_bytes` not 1, 2, 4 or 8.
+#[no_mangle]
+pub extern "C" fn tr_residency_schedule_model(element_bytes: usize, out: *mut ScheduleModel) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = residency::schedule_model(element_bytes)?;
         Ok(())
     })
 }

@@ -381,7 +381,8 @@ pub fn recorded_trace() -> Option<Vec<OpRecord>> {
 }
 
 /// Starts logging what the schedule model needs (each op, and each load with what it waited
-/// for); the log of the last complete iteration is `schedule_log`.
+/// for); the log of the last complete iteration is `schedule_log`. Under `Recompute::Cheaper`,
+/// which prices with it, the manager logs from the start, and this keeps that log.
 pub fn schedule_log_start() -> Result<()> {
     with(|m| {
         m.start_schedule_log();
@@ -393,6 +394,20 @@ pub fn schedule_log_start() -> Result<()> {
 /// iteration has ended since.
 pub fn schedule_log() -> Option<model::Pass> {
     lock().ok()?.as_ref().and_then(|m| m.schedule_log())
+}
+
+/// The schedule model of the last complete iteration the manager logged (`schedule_log_start`,
+/// then an iteration's end) at the rates it prices with, its matrix products counting elements
+/// of `element_bytes` (1, 2, 4 or 8) bytes. Errors: InvalidArg without a manager, with another
+/// element size, or before an iteration was logged.
+pub fn schedule_model(element_bytes: usize) -> Result<model::ScheduleModel> {
+    if ![1, 2, 4, 8].contains(&element_bytes) {
+        return Err(Error::InvalidArg(format!("element_bytes is {element_bytes}, not 1, 2, 4 or 8")));
+    }
+    with(|m| {
+        let pass = m.schedule_log().ok_or_else(|| Error::InvalidArg("no iteration was logged for the schedule model: start the log, then mark an iteration's end".into()))?;
+        Ok(model::ScheduleModel::of(&pass, m.rates, element_bytes))
+    })
 }
 
 /// Called (through the registry's hook, `configure` installs it) when a registered entry dies,

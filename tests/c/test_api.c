@@ -889,6 +889,36 @@ static void training_under_every_policy(void) {
     }
 }
 
+/* The schedule model of the last logged iteration (five training steps between two marks): it
+ * moved what the counters say it moved, and takes at least its bound and the same iteration
+ * with everything resident. */
+static void schedule_model_of_the_last_marked_iteration(void) {
+    double losses[TRAIN_STEPS];
+    tr_residency_config config;
+    tr_residency_stats before, after;
+    tr_schedule_model model;
+    CHECK_ERR(tr_residency_schedule_model(4, &model), TR_ERR_INVALID_ARG, "no residency manager");
+    REQUIRE_OK(tr_residency_config_default(&config));
+    config.policy = TR_POLICY_FLOW;
+    config.budget_bytes = 40 << 10;
+    REQUIRE_OK(tr_residency_configure(&config));
+    CHECK_OK(tr_residency_schedule_log_start());
+    CHECK_ERR(tr_residency_schedule_model(4, &model), TR_ERR_INVALID_ARG, "no iteration was logged");
+    CHECK(train_mlp(losses) == 0);
+    CHECK_OK(tr_residency_mark_iteration());
+    CHECK_OK(tr_residency_stats_get(&before));
+    CHECK(train_mlp(losses) == 0);
+    CHECK_OK(tr_residency_mark_iteration());
+    CHECK_OK(tr_residency_stats_get(&after));
+    CHECK_ERR(tr_residency_schedule_model(3, &model), TR_ERR_INVALID_ARG, "element_bytes is 3");
+    CHECK_ERR(tr_residency_schedule_model(4, NULL), TR_ERR_NULL_ARG, "out");
+    CHECK_OK(tr_residency_schedule_model(4, &model));
+    CHECK(model.loaded_bytes > 0 && model.loaded_bytes == after.load_bytes - before.load_bytes);
+    CHECK(model.written_bytes == after.write_back_bytes - before.write_back_bytes);
+    CHECK(model.unmanaged_s > 0 && model.step_s >= model.unmanaged_s && model.step_s >= model.bound_s * (1 - 1e-9));
+    CHECK_OK(tr_residency_disable());
+}
+
 /* The saved-tensor functions a host's own autograd engine calls (PyTorch's, from Python; its
  * tests are in bindings/python/tests/test_training.py): their arguments are checked. */
 static void saved_tensor_functions_check_their_arguments(void) {
@@ -981,6 +1011,7 @@ int main(void) {
     RUN(grad_set_enabled_is_a_manual_guard);
     RUN(sgd_and_adam_steps);
     RUN(training_under_every_policy);
+    RUN(schedule_model_of_the_last_marked_iteration);
     RUN(saved_tensor_functions_check_their_arguments);
     RUN(calls_at_process_exit);
     return tu_finish();

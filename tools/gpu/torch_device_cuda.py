@@ -348,19 +348,20 @@ def llama_decoder(args, dtype):
 
 def decoder_simulated(args) -> None:
     """The decoder on the simulated device (the CPU's kernels, f32): what the GPU run's times come
-    from, in bytes and waits. Flow at 1/4 after a first generate that teaches it the order; the
-    tokens must equal the CPU's."""
+    from, in bytes and waits, and the schedule model of its last decode step. Flow at 1/4 after a
+    first generate that teaches it the order; the tokens must equal the CPU's."""
     from tensorref import residency
     model, ids, mask, budget = llama_decoder(args, torch.float32)
     gen = dict(max_new_tokens=args.decode, do_sample=False, min_new_tokens=args.decode)
     with torch.no_grad():
         ref = model.generate(ids, attention_mask=mask, **gen)
         with residency.session(policy="flow", budget_bytes=budget):
+            residency.schedule_log_start()
             on = copy.deepcopy(model).to("tensorref")
             on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen)
             before = residency.stats()
             out = on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen).cpu()
-            s = residency.stats()
+            s, step = residency.stats(), residency.schedule_model(4)
     check("Flow 1/4 on the simulated device: the tokens equal the CPU's", torch.equal(out, ref))
     check("the peak of device bytes stayed within the budget", s.peak_device_bytes <= budget,
           f"{s.peak_device_bytes} of {budget}")
@@ -372,6 +373,9 @@ def decoder_simulated(args) -> None:
           f"prefetch hits {d['prefetch_hits']}, misses {d['prefetch_misses']}; "
           f"loads waited for {d['load_wait_ns'] / 1e6:.1f} ms, reads waited {d['read_waits']} times; "
           f"needless write-backs {d['needless_write_backs']}")
+    print(f"  schedule model of the last decode step at an H100's rates: {step.step_s * 1e3:.3f} ms, "
+          f"{step.step_s / max(step.unmanaged_s, step.bound_s):.2f}x max(the step all resident {step.unmanaged_s * 1e3:.3f} ms, "
+          f"its bound {step.bound_s * 1e3:.3f} ms); loaded {step.loaded_bytes / 2**20:.1f} MiB")
 
 
 def peaks() -> tuple[int, int]:

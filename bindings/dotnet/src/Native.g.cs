@@ -276,6 +276,17 @@ namespace TensorRef
         public ulong ScratchPeak;
     }
 
+    /// <summary>The C struct tr_schedule_model.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeScheduleModel
+    {
+        public double StepS;
+        public double UnmanagedS;
+        public double BoundS;
+        public ulong LoadedBytes;
+        public ulong WrittenBytes;
+    }
+
     /// <summary>The C struct tr_event.</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal struct NativeEvent
@@ -447,6 +458,10 @@ namespace TensorRef
         internal static extern Status tr_residency_device_memory([MarshalAs(UnmanagedType.I1)] bool reset_peak, out NativeDeviceMemory @out);
         [DllImport(Lib, EntryPoint = "tr_residency_simulate_cuda_allocator", ExactSpelling = true)]
         internal static extern Status tr_residency_simulate_cuda_allocator([MarshalAs(UnmanagedType.I1)] bool on);
+        [DllImport(Lib, EntryPoint = "tr_residency_schedule_log_start", ExactSpelling = true)]
+        internal static extern Status tr_residency_schedule_log_start();
+        [DllImport(Lib, EntryPoint = "tr_residency_schedule_model", ExactSpelling = true)]
+        internal static extern Status tr_residency_schedule_model(UIntPtr element_bytes, out NativeScheduleModel @out);
         [DllImport(Lib, EntryPoint = "tr_residency_mark_iteration", ExactSpelling = true)]
         internal static extern Status tr_residency_mark_iteration();
         [DllImport(Lib, EntryPoint = "tr_tensor_pin_resident", ExactSpelling = true)]

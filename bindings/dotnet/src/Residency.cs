@@ -271,6 +271,33 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// Starts logging each iteration for the schedule model (tr_residency_schedule_log_start);
+        /// under recompute "cheaper" the manager logs from the start.
+        /// </summary>
+        public static void ScheduleLogStart()
+        {
+            NotInHandler("ResidencyManager.ScheduleLogStart");
+            Native.Check(Native.tr_residency_schedule_log_start(), "tr_residency_schedule_log_start");
+        }
+
+        /// <summary>
+        /// The schedule model of the last complete iteration logged since <see cref="ScheduleLogStart"/>
+        /// (tr_residency_schedule_model): the manager's copies and ops on a GPU with a copy engine each
+        /// way, at the rates the manager prices with (an H100's on the simulated device), its matrix
+        /// products counting elements of <paramref name="elementBytes"/> bytes. Throws
+        /// TensorRefException (InvalidArg) without a manager or before an iteration was logged.
+        /// </summary>
+        public static ScheduleModel ScheduleModel(int elementBytes = 4)
+        {
+            NotInHandler("ResidencyManager.ScheduleModel");
+            if (elementBytes <= 0)
+                throw new ArgumentOutOfRangeException(nameof(elementBytes), "elementBytes must be 1, 2, 4 or 8");
+            NativeScheduleModel m;
+            Native.Check(Native.tr_residency_schedule_model((UIntPtr)elementBytes, out m), "tr_residency_schedule_model");
+            return new ScheduleModel(m);
+        }
+
+        /// <summary>
         /// Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the
         /// ops since the previous mark. Throws TensorRefException (InvalidArg) without a manager.
         /// </summary>
@@ -393,6 +420,32 @@ namespace TensorRef
                     what + " was called from a ResidencyManager.Events handler: handlers run while the library " +
                     "holds the manager's lock and must not call libtensorref");
         }
+    }
+
+    /// <summary>The schedule model of one logged iteration (tr_schedule_model).</summary>
+    public readonly struct ScheduleModel
+    {
+        internal ScheduleModel(NativeScheduleModel m)
+        {
+            StepSeconds = m.StepS;
+            UnmanagedSeconds = m.UnmanagedS;
+            BoundSeconds = m.BoundS;
+            LoadedBytes = m.LoadedBytes;
+            WrittenBytes = m.WrittenBytes;
+        }
+
+        /// <summary>The iteration's time with its copies, waits and results made again: a lower bound on the GPU modelled.</summary>
+        public double StepSeconds { get; }
+        /// <summary>The same iteration with everything resident.</summary>
+        public double UnmanagedSeconds { get; }
+        /// <summary>What no schedule of its copies and ops beats.</summary>
+        public double BoundSeconds { get; }
+        /// <summary>Bytes loaded onto the device in the iteration.</summary>
+        public ulong LoadedBytes { get; }
+        /// <summary>Bytes written back to host memory in the iteration.</summary>
+        public ulong WrittenBytes { get; }
+        /// <summary>StepSeconds over UnmanagedSeconds: what the manager's copies cost on that GPU, at least.</summary>
+        public double Slowdown => UnmanagedSeconds > 0 ? StepSeconds / UnmanagedSeconds : 1.0;
     }
 
     /// <summary>The simulated device's memory at one moment (tr_device_memory), in bytes.</summary>

@@ -23,6 +23,7 @@ namespace TensorRef.Tests
             { "tr_residency_config", "TensorRef.NativeResidencyConfig" },
             { "tr_residency_stats", "TensorRef.NativeResidencyStats" },
             { "tr_device_memory", "TensorRef.NativeDeviceMemory" },
+            { "tr_schedule_model", "TensorRef.NativeScheduleModel" },
             { "tr_event", "TensorRef.NativeEvent" },
             { "tr_minilm_options", "TensorRef.NativeMiniLMOptions" },
             { "tr_scalar", "TensorRef.Scalar" },

@@ -42,6 +42,30 @@ namespace TensorRef.Tests
         }
 
         [Test]
+        static void ScheduleModel_OfTheLastMarkedIteration_CountsWhatItMoved()
+        {
+            const ulong budget = 3 * 16 * 16 * 4 + 512;
+            using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, budget)))
+            {
+                ResidencyManager.ScheduleLogStart();
+                Check.Throws(Status.InvalidArg, () => ResidencyManager.ScheduleModel(), "ScheduleModel before an iteration was logged");
+                ResidencyStats before = ResidencyManager.Stats;
+                for (int i = 0; i < 3; i++)
+                {
+                    before = ResidencyManager.Stats;
+                    for (int j = 0; j < 4; j++)
+                        SomeOps();
+                    ResidencyManager.MarkIteration();
+                }
+                var after = ResidencyManager.Stats;
+                var model = ResidencyManager.ScheduleModel();
+                Check.Equal(after.LoadBytes - before.LoadBytes, model.LoadedBytes, "the model loads what the counters say the iteration loaded");
+                Check.True(model.UnmanagedSeconds > 0 && model.Slowdown >= 1.0, $"at least the unmanaged step: {model.StepSeconds} s against {model.UnmanagedSeconds} s");
+            }
+            Check.Throws(Status.InvalidArg, () => ResidencyManager.ScheduleModel(), "ScheduleModel without a manager");
+        }
+
+        [Test]
         static void Session_Using_RestoresThePreviousConfiguration()
         {
             using (ResidencyManager.Configure(Flow(1 << 20)))

@@ -66,6 +66,7 @@ namespace TensorRef.Tests
             { "struct tr_residency_config *", new[] { "NativeResidencyConfig&" } },
             { "struct tr_residency_stats *", new[] { "NativeResidencyStats&" } },
             { "struct tr_device_memory *", new[] { "NativeDeviceMemory&" } },
+            { "struct tr_schedule_model *", new[] { "NativeScheduleModel&" } },
             { "tr_event_fn", new[] { "NativeEventFn" } },
             { "struct tr_scalar", new[] { "Scalar" } },
             { "struct tr_scalar *", new[] { "Scalar&" } },

@@ -187,6 +187,15 @@ class DeviceMemory(Structure):
                 ('scratch_peak', c_uint64)]
 
 
+class ScheduleModel(Structure):
+    """``tr_schedule_model``."""
+    _fields_ = [('step_s', c_double),
+                ('unmanaged_s', c_double),
+                ('bound_s', c_double),
+                ('loaded_bytes', c_uint64),
+                ('written_bytes', c_uint64)]
+
+
 class Event(Structure):
     """``tr_event``."""
     _fields_ = [('kind', c_int32),
@@ -254,6 +263,8 @@ def signatures(T) -> dict:
         'tr_residency_stats_get': (c_int32, (POINTER(ResidencyStats),)),
         'tr_residency_device_memory': (c_int32, (c_bool, POINTER(DeviceMemory))),
         'tr_residency_simulate_cuda_allocator': (c_int32, (c_bool,)),
+        'tr_residency_schedule_log_start': (c_int32, ()),
+        'tr_residency_schedule_model': (c_int32, (c_size_t, POINTER(ScheduleModel))),
         'tr_residency_mark_iteration': (c_int32, ()),
         'tr_tensor_pin_resident': (c_int32, (T, c_bool)),
         'tr_tensor_is_resident': (c_int32, (T, POINTER(c_bool))),

@@ -28,6 +28,7 @@ from typing import Callable, NamedTuple
 from . import _ownership, _torch_saved
 from ._abi_generated import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, RECOMPUTE_CODES, EventFn as _EventFn
 from ._abi_generated import DeviceMemory as _CDeviceMemory, ResidencyConfig as _CConfig, ResidencyStats as _CStats
+from ._abi_generated import ScheduleModel as _CScheduleModel
 from ._lib import c_path, fail, lib
 from ._ownership import flush_releases
 from ._tensor import Tensor
@@ -225,6 +226,25 @@ def device_memory(reset_peak: bool = False):
     budget holds of `peak`; of `peak` less `scratch_peak` where the device allocates as CUDA's."""
     out = _CDeviceMemory()
     _check(lib.tr_residency_device_memory(reset_peak, byref(out)), "tr_residency_device_memory")
+    return out
+
+
+def schedule_log_start() -> None:
+    """Starts logging each iteration for the schedule model (`schedule_model`); under recompute
+    "cheaper", which prices with it, the manager logs from the start."""
+    _check(lib.tr_residency_schedule_log_start(), "tr_residency_schedule_log_start")
+
+
+def schedule_model(element_bytes: int = 4):
+    """The schedule model of the last complete iteration logged since `schedule_log_start` (the
+    manager's copies and ops on a GPU with a copy engine each way, at the rates the manager prices
+    with: an H100's on the simulated device), its matrix products counting elements of
+    `element_bytes` bytes. A tr_schedule_model: `step_s`, a lower bound of the iteration's time
+    on that GPU; `unmanaged_s`, the same iteration with everything resident; `bound_s`, what no
+    schedule of its copies and ops beats; `loaded_bytes` and `written_bytes`. Raises
+    ArgumentError without a manager or before an iteration was logged."""
+    out = _CScheduleModel()
+    _check(lib.tr_residency_schedule_model(element_bytes, byref(out)), "tr_residency_schedule_model")
     return out
 
 

@@ -36,6 +36,7 @@ C_TO_CTYPES = {
     "const struct tr_residency_config *": POINTER(_abi_generated.ResidencyConfig),
     "struct tr_residency_stats *": POINTER(_abi_generated.ResidencyStats),
     "struct tr_device_memory *": POINTER(_abi_generated.DeviceMemory),
+    "struct tr_schedule_model *": POINTER(_abi_generated.ScheduleModel),
     "uint64_t *": POINTER(c_uint64), "float *": c_void_p, "const char const **": POINTER(c_char_p),
     "tr_status": c_int32, "int32_t *": POINTER(c_int32), "struct tr_scalar": _scalar.Scalar,
     "struct tr_scalar *": POINTER(_scalar.Scalar),

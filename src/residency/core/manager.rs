@@ -469,8 +469,13 @@ impl Manager {
         let iteration = self.trace.iteration();
         let key = self.trace.op_end(op, inputs, output, anchor);
         if self.trace.iteration() != iteration {
-            self.report.iteration(); // a boundary Flow found by itself
+            // A boundary Flow found by itself, at this op, the new iteration's first: the log's
+            // pass ends after it, one iteration's ops turned by one, the same on every pass.
+            self.report.iteration();
             self.persist_survivors();
+            if let Some(log) = &mut self.schedule {
+                log.mark();
+            }
         }
         key
     }
@@ -540,7 +545,7 @@ impl Manager {
     }
 
     pub(crate) fn start_schedule_log(&mut self) {
-        self.schedule = Some(Log::default());
+        self.schedule.get_or_insert_with(Log::default);
     }
 
     pub(crate) fn schedule_log(&self) -> Option<crate::residency::model::Pass> {

@@ -39,8 +39,10 @@
 
 pub(in crate::residency) mod pass;
 mod replay;
+mod summary;
 
 pub(crate) use pass::{Log, SAVE};
 pub use pass::{Pass, Step, Work};
 pub use replay::{replay, Replay};
+pub use summary::ScheduleModel;
 pub use crate::residency::training::costs::{roofline, Rates, BACKWARD_COST};
