@@ -147,7 +147,8 @@ def train_on_tensorref(a):
         peak = peak or s.peak_device_bytes
         row.update(budget=cfg.get("budget_bytes"), manager_peak=s.peak_device_bytes,
                    model={f: getattr(model, f) for f, _ in model._fields_},
-                   **{f: getattr(s, f) - getattr(timed[0], f) for f in ("load_bytes", "write_back_bytes", "recomputed_bytes", "page_locked_allocs", "page_locked_bytes")})
+                   **{f: getattr(s, f) - getattr(timed[0], f) for f in ("load_bytes", "write_back_bytes", "recomputed_bytes", "page_locked_allocs", "page_locked_bytes",
+                                                                   "loads", "prefetches")})
         rows.append(row)
     return rows
 
@@ -182,7 +183,8 @@ def main():
             per_step = lambda f: r[f] / (a.steps - a.warmup)
             print(f"{r['mode']:<22} per timed step: loads {mib(per_step('load_bytes'))}, write-backs "
                   f"{mib(per_step('write_back_bytes'))}, recomputed {mib(per_step('recomputed_bytes'))}, "
-                  f"{per_step('page_locked_allocs'):.1f} page-locked allocations ({mib(per_step('page_locked_bytes'))})")
+                  f"{per_step('page_locked_allocs'):.1f} page-locked allocations ({mib(per_step('page_locked_bytes'))}), "
+                  f"{per_step('prefetches'):.0f} loads prefetched, {per_step('loads') - per_step('prefetches'):.0f} at their op")
     for r in rows:
         if "model" in r:
             m = r["model"]

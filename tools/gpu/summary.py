@@ -156,6 +156,14 @@ def training_table(peers, device, v: Verdicts):
             steps = r["timed_steps"]
             print(f"  {r['mode']:<22} new page-locked blocks per timed step: {r['page_locked_allocs'] / steps:.1f} "
                   f"({mib(r['page_locked_bytes'] / steps)})")
+        if "prefetches" in r:  # loads Flow started ahead, and those an op waited for
+            steps = r["timed_steps"]
+            print(f"  {r['mode']:<22} loads per timed step: {r['prefetches'] / steps:.0f} prefetched, "
+                  f"{(r['loads'] - r['prefetches']) / steps:.0f} at their op")
+        if "model" in r:  # the last step replayed at the manager's rates: a lower bound of its time
+            m = r["model"]
+            print(f"  {r['mode']:<22} schedule model of the last step: {m['step_s'] * 1e3:.1f} ms, "
+                  f"{m['step_s'] / m['unmanaged_s']:.2f}x the same step unmanaged")
     half, quarter = rows.get("tensorref flow 1/2"), rows.get("tensorref flow 1/4+rc")
     if half:
         v.bar("flow 1/2 / unmanaged", half["ms_per_step"] / base["ms_per_step"], "<=", 1.15)

@@ -34,8 +34,8 @@
 //! (tests/residency.rs, `the_schedule_model_never_beats_its_bound`, over random logs).
 //!
 //! The manager records the log (`pass`); the replay (`replay`) is a tool beside the runtime, for
-//! tests and benchmarks: the runtime decides only with the rates and op costs of
-//! `training::costs`.
+//! tests, benchmarks and programs (the last iteration's, through the C ABI: `summary`): the
+//! runtime decides only with the rates and op costs of `training::costs`.
 
 pub(in crate::residency) mod pass;
 mod replay;
