@@ -8,10 +8,10 @@ manager computing on --device (cuda, or the simulated device for cpu): under Res
 of device bytes is the unmanaged peak the budgets are fractions of), under Flow at 1/2 of it, and
 at 1/4 with recomputation ("cheaper"). Run it in a process of its own: once the device is
 registered, libtorch takes it for the process's accelerator and a plain CUDA backward fails
-(pytorch/pytorch#161129); the GPU bundle runs the peers, then these rows, and compares. Each of these rows also prints the
-schedule model of its last step (`residency.schedule_model`: its copies and kernels on a GPU with
-a copy engine each way, at an H100's rates on the simulated device): a lower bound of that step
-on the GPU, against the same step with everything resident.
+(pytorch/pytorch#161129); the GPU bundle runs the peers, then these rows, and compares. Each of
+these rows also prints the schedule model of its last step (`residency.schedule_model`: its
+copies and kernels on a GPU with a copy engine each way, at an H100's rates on the simulated
+device): a lower bound of that step on the GPU, against the same step with everything resident.
 
     python3 benches/training_peers.py [--device cpu|cuda] [--width 256] [--layers 4] [--heads 4]
         [--tokens 64] [--batch 16] [--steps 6] [--warmup 3] [--dropout 0.1] [--tensorref] [--json PATH] [--profile]

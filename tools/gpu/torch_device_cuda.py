@@ -296,11 +296,11 @@ def h2d_bandwidth() -> float:
 def group_offloaded(model, level: str, run, ref):
     """diffusers' group offloading (`level`: "block" or "leaf") of a copy of `model` with streams,
     at its fastest settings (`record_stream`, page-locked copies made up front), run once to warm
-    up and once timed. At
-    block level each decoder layer is a group, the next one copied in on the side stream while one
-    runs: block level groups the ModuleLists among the children of the modules it is given, and a
-    causal LM's layers are `model.layers`, so it is given `model` (`block_modules`); without it
-    the whole model is one group, copied in without a stream before every forward."""
+    up and once timed. At block level each decoder layer is a group, the next one copied in on the
+    side stream while one runs: block level groups the ModuleLists among the children of the
+    modules it is given, and a causal LM's layers are `model.layers`, so it is given `model`
+    (`block_modules`); without it the whole model is one group, copied in without a stream before
+    every forward."""
     from diffusers.hooks import apply_group_offloading
     off = copy.deepcopy(model)
     per_group = dict(num_blocks_per_group=1, block_modules=["model"]) if level == "block" else {}

@@ -52,6 +52,10 @@ impl Pass {
     pub fn loaded_bytes(&self) -> u64 {
         self.steps.iter().map(|s| if let Step::Load { bytes, .. } = s { *bytes } else { 0 }).sum()
     }
+
+    pub fn written_bytes(&self) -> u64 {
+        self.steps.iter().map(|s| if let Step::WriteBack { bytes, .. } = s { *bytes } else { 0 }).sum()
+    }
 }
 
 /// What the manager logs while a schedule log is on.

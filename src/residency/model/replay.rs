@@ -89,7 +89,7 @@ pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Re
             to_device.forget_before(load_free.min(write_free));
         }
     }
-    let written_bytes: u64 = pass.steps.iter().map(|s| if let Step::WriteBack { bytes, .. } = s { *bytes } else { 0 }).sum();
+    let written_bytes = pass.written_bytes();
     let copy_busy = (pass.loaded_bytes() + written_bytes) as f64 / bandwidth;
     let compute_busy: f64 = costs.iter().sum();
     let remade: f64 = pass.ops().zip(&costs).filter(|(s, _)| matches!(s, Step::Op { work: Work::Remake, .. })).map(|(_, c)| c).sum();

@@ -1,7 +1,7 @@
 //! The schedule model of one logged iteration as the C ABI hands it out (`tr_schedule_model`):
 //! its replay at the manager's rates beside what it moved.
 
-use super::pass::{Pass, Step};
+use super::pass::Pass;
 use crate::residency::training::costs::Rates;
 
 /// The schedule model of the last iteration the manager logged (`tr_residency_schedule_model`),
@@ -28,13 +28,12 @@ impl ScheduleModel {
     /// `pass` replayed at `rates`, its products counting elements of `elem` bytes.
     pub(crate) fn of(pass: &Pass, rates: Rates, elem: usize) -> ScheduleModel {
         let r = rates.replay(pass, elem);
-        let written_bytes = pass.steps.iter().map(|s| if let Step::WriteBack { bytes, .. } = s { *bytes } else { 0 }).sum();
         ScheduleModel {
             step_s: r.makespan,
             unmanaged_s: r.unmanaged,
             bound_s: r.bound,
             loaded_bytes: pass.loaded_bytes(),
-            written_bytes,
+            written_bytes: pass.written_bytes(),
         }
     }
 }
