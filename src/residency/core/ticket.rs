@@ -247,9 +247,10 @@ impl Ticket {
         let a = with(|m| m.acquire_as(entry, like, write, self.op))?;
         if let (TraceKey::Persistent(id), true) = (a.key, a.used_before) {
             // The op's anchor signature (`anchor`): FNV-1a over the already-used persistent
-            // inputs, each with whether the op read it contiguous.
+            // inputs, each with its place among the op's inputs and whether the op read it
+            // contiguous.
             let read_as = u64::from(crate::residency::torch_storage::is_contiguous(like)) << 63;
-            self.anchor = fnv(self.anchor, id ^ read_as);
+            self.anchor = fnv(fnv(self.anchor, self.acquired.len() as u64), id ^ read_as);
             self.anchored = true;
         }
         self.acquired.push(a.storage);
@@ -261,10 +262,11 @@ impl Ticket {
 
     /// The op's anchor signature, by which an iteration the program does not mark is found
     /// (`Trace::op_end`), if it read a persistent storage it had read before: its inputs' part
-    /// with the op's name (its interned pointer) folded in. Name and reading tell a weight read
-    /// in forward (`x @ w`) from the same weight read in backward (`grad @ w.t()`, `w`
-    /// transposed) and by the optimizer: were they one anchor, a training step would be found
-    /// as two iterations or three, none repeating the one before, and Flow would follow none.
+    /// with the op's name (its interned pointer) folded in. Name, place and reading tell a
+    /// weight read in forward (`x @ w`) from the same weight read in backward (`grad @ w.t()`,
+    /// `w` transposed; `w @ grad.t()` where `x` was a transposed view) and by the optimizer:
+    /// were they one anchor, a training step would be found as two iterations or three, none
+    /// repeating the one before, and Flow would follow none.
     fn anchor(&self) -> Option<u64> {
         self.anchored.then(|| fnv(self.anchor, self.op.as_ptr() as u64))
     }
