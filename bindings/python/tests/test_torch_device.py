@@ -1,6 +1,7 @@
 """The `tensorref` device in torch: PyTorch modules, unchanged, under the residency manager. On
 the simulated device every op runs the CPU's own kernel over the manager's copies, so each
 result equals the same module's on the CPU bit for bit, at budgets below its peak."""
+import collections
 import copy
 import gc
 import pickle
@@ -564,6 +565,50 @@ def test_flow_learns_the_order_of_code_with_no_module_and_no_mark():
     assert s.prefetch_hits > 0 and s.evictions > 0, s
 
 
+def _flow_steps(train, steps, warmup):
+    """Runs `train(device, steps, learned)` on the CPU and on the device under Flow at half of
+    Resident's peak; returns the CPU's and the device's results, the counters at `warmup` and at
+    the end, and the manager's events from `warmup` on, each with its step."""
+    ref = train("cpu", steps, lambda step: None)
+    with residency.session(policy="resident"):
+        train("tensorref", steps, lambda step: None)
+        peak = residency.stats().peak_device_bytes
+    marks, events, step_now = [], [], [0]
+
+    def learned(step):
+        step_now[0] = step
+        if step == warmup:
+            marks.append(residency.stats())
+
+    with residency.session(policy="flow", budget_bytes=peak // 2):
+        residency.set_callback(lambda e: step_now[0] >= warmup and events.append((step_now[0], e)))
+        got = train("tensorref", steps, learned)
+        residency.set_callback(None)
+        s = residency.stats()
+    return ref, got, marks[0], s, events
+
+
+def _tanh_layers(weights, x, optimizer, copy=False):
+    """A training step's loop: tanh layers over `weights` (each reading a contiguous copy of a
+    transposed view of its input where `copy`), `optimizer`, the loss a step."""
+    def train(device, steps, learned):
+        ws = [w.clone().to(device).requires_grad_(True) for w in weights]
+        opt = optimizer(ws)
+        tx, losses = x.to(device), []
+        for step in range(steps):
+            learned(step)
+            h = tx
+            for w in ws:
+                h = torch.tanh((h.t().contiguous().t() if copy else h) @ w)
+            loss = h.square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [w.detach().cpu() for w in ws]
+    return train
+
+
 def test_flow_learns_the_order_of_a_training_step_with_no_module_and_no_mark():
     """A training step is found as one iteration, though a weight is read in forward, again in
     backward (transposed) and by the optimizer, and the optimizer's foreach ops over 20
@@ -573,35 +618,52 @@ def test_flow_learns_the_order_of_a_training_step_with_no_module_and_no_mark():
     torch.manual_seed(0)
     weights = [torch.randn(32, 32) / 6 for _ in range(20)]
     x = torch.randn(16, 32)
-
-    def train(device, steps=6, learned=lambda: None):
-        ws = [w.clone().to(device).requires_grad_(True) for w in weights]
-        opt = torch.optim.Adam(ws, lr=1e-2, foreach=True)
-        tx, losses = x.to(device), []
-        for step in range(steps):
-            if step == 3:
-                learned()
-            h = tx
-            for w in ws:
-                h = torch.tanh(h @ w)
-            loss = h.square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return losses, [w.detach().cpu() for w in ws]
-
-    ref_losses, ref_weights = train("cpu")
+    train = _tanh_layers(weights, x, lambda ws: torch.optim.Adam(ws, lr=1e-2, foreach=True))
+    ref_losses, ref_weights = train("cpu", 6, lambda step: None)
     marks = []
     # Weights, gradients and Adam's two moments fill the budget: nothing else fits beside them.
     with residency.session(policy="flow", budget_bytes=4 * sum(w.nbytes for w in weights)):
-        losses, trained = train("tensorref", learned=lambda: marks.append(residency.stats()))
+        losses, trained = train("tensorref", 6, lambda step: step == 3 and marks.append(residency.stats()))
         s = residency.stats()
     assert losses == ref_losses and all(torch.equal(a, b) for a, b in zip(trained, ref_weights))
     hits, misses = s.prefetch_hits - marks[0].prefetch_hits, s.prefetch_misses - marks[0].prefetch_misses
     # The survivors of each iteration found (gradients, Adam's moments) are followed too: with
     # them named by an iteration gone, they would be loaded on demand, never prefetched.
     assert s.evictions > marks[0].evictions and hits > 0 and misses == 0, (hits, misses)
+
+
+def test_flow_follows_the_copies_a_step_makes_from_nothing():
+    """`contiguous()` of a transposed view copies into a storage made from nothing (`empty`, then
+    `copy_`), a new one each step, which autograd saves for backward. Named in the trace by the
+    op that first wrote it, as a result is named by the op that made it, each step's copy takes
+    the place of the last one's: Flow prefetches it for backward. Named by its own id, new each
+    step, it read as never used again: evicted first, and loaded at its op in backward."""
+    torch.manual_seed(0)
+    weights = [torch.randn(64, 64) / 8 for _ in range(8)]
+    x = torch.randn(32, 64)
+    train = _tanh_layers(weights, x, lambda ws: torch.optim.SGD(ws, lr=1e-2), copy=True)
+    (ref_losses, ref_weights), (losses, trained), mark, s, events = _flow_steps(train, steps=7, warmup=4)
+    assert losses == ref_losses and all(torch.equal(a, b) for a, b in zip(trained, ref_weights))
+    # The copies and the activations are x's size; weights and gradients are larger.
+    back = [e.kind for _, e in events if e.kind in ("load", "prefetch") and e.bytes == x.nbytes]
+    assert "prefetch" in back, "the budget evicts what backward reads"
+    assert "load" not in back, f"{back.count('load')} of {len(back)} loads of copies and activations at their op"
+
+
+def test_flow_writes_a_storage_back_once_a_step_when_ops_in_a_row_write_it():
+    """Adam's foreach step scales its second moments in place (`_foreach_mul_`), then adds to
+    them in place (`_foreach_addcmul_`); written ahead of their eviction after the first, they
+    would be written back twice a step."""
+    torch.manual_seed(0)
+    weights = [torch.randn(48, 48) / 7 for _ in range(12)]
+    x = torch.randn(24, 48)
+    train = _tanh_layers(weights, x, lambda ws: torch.optim.Adam(ws, lr=1e-2, foreach=True))
+    (ref_losses, ref_weights), (losses, trained), mark, s, events = _flow_steps(train, steps=8, warmup=5)
+    assert losses == ref_losses and all(torch.equal(a, b) for a, b in zip(trained, ref_weights))
+    written = collections.Counter((step, e.entry) for step, e in events if e.kind == "write_back")
+    assert written, "the budget writes back"
+    twice = [key for key, n in written.items() if n > 1]
+    assert not twice, f"{len(twice)} storages written back more than once in a step"
 
 
 def test_an_op_with_several_outputs_is_one_op():

@@ -75,13 +75,47 @@ impl Manager {
             let allocations = pin_home(&mut s, self.cfg.device, true)?;
             self.stats.count_page_locked(allocations, s.bytes);
         }
+        let fresh = s.fresh;
         let id = self.storages.insert(|id| Storage { key: TraceKey::Persistent(id), ..s })?;
         if on_device {
             self.by_device.insert(info.id, id);
         }
         self.by_home.insert(info.id, id);
         self.window_epoch += 1;
+        if fresh {
+            self.name_fresh(id);
+        }
         Ok(id)
+    }
+
+    /// A storage made from nothing (`empty` for a copy, `zeros_like`) is named in the trace as
+    /// the result of the op under way, its first: its counterpart in the next iteration, a new
+    /// storage, then has the same name, and Flow follows its uses as a result's. Named by its
+    /// id, new each iteration, it would read as never used again: evicted first, written back,
+    /// and loaded at its op in backward rather than prefetched. One storage an op is so named;
+    /// any other keeps its id, and so does this one if the op makes a result (`unname_fresh`).
+    fn name_fresh(&mut self, id: u64) {
+        let key = self.trace.key_for_new();
+        if self.fresh_named.is_some_and(|(named, _)| named == key) {
+            return;
+        }
+        self.fresh_named = Some((key, id));
+        self.storages.get_mut(&id).expect("registered above").key = key;
+        if self.policy.prefetches() && self.trace.following() {
+            self.by_key.insert(key, id);
+        }
+    }
+
+    /// The op under way made a result named `key`: the storage made from nothing it first used
+    /// (`name_fresh`), if so named, takes its own id again.
+    pub(in crate::residency) fn unname_fresh(&mut self, key: TraceKey) {
+        let Some((_, id)) = self.fresh_named.filter(|&(named, _)| named == key) else { return };
+        if let Some(s) = self.storages.get_mut(&id) {
+            s.key = TraceKey::Persistent(id);
+        }
+        if self.by_key.get(&key) == Some(&id) {
+            self.by_key.remove(&key);
+        }
     }
 
     /// Frees the memory homes moved out of, if no reader is running.

@@ -74,6 +74,10 @@ pub(crate) struct Manager {
     pub(in crate::residency) owed: Vec<Arc<Transfer>>,
     /// Storages the running op made or wrote (see `write_ahead`).
     pub(in crate::residency) written_now: Vec<u64>,
+    /// The trace key given to the last storage made from nothing, and its id (see `name_fresh`).
+    pub(in crate::residency) fresh_named: Option<(TraceKey, u64)>,
+    /// Storages whose write-ahead waits for the op that writes them next (see `write_ahead`).
+    pub(in crate::residency) write_ahead_later: Vec<u64>,
     /// Results a policy that keeps none lets go of as their op finishes (see `add_produced`).
     pub(in crate::residency) unkept: Vec<u64>,
     /// Flow's prefetch after the last op, made as the next op begins (`op_begin`).
@@ -134,6 +138,8 @@ impl Manager {
             forgotten: 0,
             owed: Vec::new(),
             written_now: Vec::new(),
+            write_ahead_later: Vec::new(),
+            fresh_named: None,
             unkept: Vec::new(),
             prefetch_due: false,
             window_epoch: 0,
@@ -427,6 +433,7 @@ impl Manager {
         let crate::residency::torch_storage::ResultHome { home: home_view, home_ref, device_ref } =
             crate::residency::torch_storage::result_home(t)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
+        self.unname_fresh(key);
         let home_id = home_ref.id();
         let mut s = Storage::new(home_ref, Home::Lazy, bytes, key);
         (s.device, s.dirty, s.modified, s.role) = (Some(device_ref), true, true, role);
@@ -468,6 +475,12 @@ impl Manager {
         }
         let iteration = self.trace.iteration();
         let key = self.trace.op_end(op, inputs, output, anchor);
+        if self.policy.prefetches() {
+            // (Another thread's op may have written one that is gone since.)
+            for s in self.written_now.iter().filter_map(|id| self.storages.get(id)) {
+                self.trace.wrote(s.key);
+            }
+        }
         if self.trace.iteration() != iteration {
             // A boundary Flow found by itself, at this op, the new iteration's first: the log's
             // pass ends after it, one iteration's ops turned by one, the same on every pass.

@@ -3,7 +3,8 @@
 //! repeat (an op reading the same already-used persistent tensors as an op earlier in the
 //! recording). While the program follows the recorded iteration, `next_use` answers when a
 //! tensor is needed next, for Belady eviction and for prefetching. Tensors made during an
-//! iteration are named by the op that made them, so the next iteration's activations match.
+//! iteration are named by the op that made them (a storage made from nothing, by the op that
+//! first used it), so the next iteration's activations match.
 //! `offline_min_loads` computes the optimum (Belady's MIN) any policy could reach on a trace.
 
 use crate::residency::core::id_map::IdMap;
@@ -46,6 +47,8 @@ struct Recorded {
     positions: Vec<u32>,
     /// The tensors evicted (not dropped) in the recorded iteration.
     evicted: HashSet<NormKey>,
+    /// The tensors each op wrote in place, by op index (see `Trace::wrote`).
+    writes: HashSet<(u32, NormKey)>,
     /// By op, the most bytes running kernels held in flight while it was the op under way (see
     /// `Trace::kernels_held`), as the last iteration that repeated the recording saw them: one
     /// figure for each of `ops`.
@@ -53,7 +56,7 @@ struct Recorded {
 }
 
 impl Recorded {
-    fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>, kernel_room: Vec<u64>) -> Recorded {
+    fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>, writes: HashSet<(u32, NormKey)>, kernel_room: Vec<u64>) -> Recorded {
         assert_eq!(kernel_room.len(), ops.len(), "one figure of kernel room for each op");
         let mut uses: IdMap<NormKey, (u32, u32)> = IdMap::default();
         for (k, _) in ops.iter().flat_map(|op| &op.inputs) {
@@ -73,7 +76,7 @@ impl Recorded {
                 *count += 1;
             }
         }
-        Recorded { ops, uses, positions, evicted, kernel_room }
+        Recorded { ops, uses, positions, evicted, writes, kernel_room }
     }
 
     /// Each op from `start` on, round to the one before it, with what its kernels hold while it
@@ -157,6 +160,8 @@ pub(crate) struct Trace {
     anchors: IdMap<u64, usize>,
     /// The tensors evicted (not dropped) so far in this iteration.
     evicted: HashSet<NormKey>,
+    /// This iteration's `Recorded::writes` so far.
+    writes: HashSet<(u32, NormKey)>,
     /// This iteration's `Recorded::kernel_room`, by op index, so far.
     kernel_room: Vec<u64>,
     /// The first persistent id of the iteration before the recorded one, of the recorded one
@@ -225,6 +230,15 @@ impl Trace {
             (_, NormKey::Stale) | (None, _) => u64::MAX,
             (Some(r), k) => r.next_use(self.stand_in(k), self.pos),
         }
+    }
+
+    /// Whether the recorded op that uses `key` next wrote it in place (an optimizer's state,
+    /// updated by one op after another): see `Manager::write_ahead`.
+    pub(crate) fn next_use_writes(&self, key: TraceKey) -> bool {
+        let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return false };
+        let key = self.stand_in(self.norm(key));
+        let next = r.next_use(key, self.pos);
+        next != u64::MAX && r.writes.contains(&((next % r.ops.len() as u64) as u32, key))
     }
 
     /// After a mark, the results of the iteration before that survived it (`survivors`: their
@@ -352,6 +366,9 @@ impl Trace {
         if let (true, Some(sig)) = (searching, anchor) {
             match self.anchors.get(&sig) {
                 Some(&start) if self.current.len() - start >= MIN_FOUND_OPS => {
+                    if start > 0 {
+                        self.writes = self.writes.drain().filter(|&(op, _)| op >= start as u32).map(|(op, k)| (op - start as u32, renumbered(k, start as u32))).collect();
+                    }
                     self.current.drain(..start);
                     self.kernel_room.drain(..start.min(self.kernel_room.len()));
                     renumber(&mut self.current, start as u32);
@@ -428,6 +445,14 @@ impl Trace {
         self.kernel_room[pos] = self.kernel_room[pos].max(bytes);
     }
 
+    /// The op that ended last wrote `key` in place (kept with its record: an op past the ops
+    /// kept has none).
+    pub(crate) fn wrote(&mut self, key: TraceKey) {
+        if let Some(op) = self.pos.checked_sub(1).filter(|&op| (op as usize) < self.current.len()) {
+            self.writes.insert((op, self.norm(key)));
+        }
+    }
+
     /// `key` leaves the device with its data kept (written back, or clean at home).
     pub(crate) fn evicted(&mut self, key: TraceKey) {
         match self.norm(key) {
@@ -454,6 +479,7 @@ impl Trace {
 
     fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
         let evicted = std::mem::take(&mut self.evicted);
+        let writes = std::mem::take(&mut self.writes);
         let mut kernel_room = std::mem::take(&mut self.kernel_room);
         // Where the iteration was found by its first op repeating, that op's kernels ran already:
         // they are the next iteration's first op's.
@@ -466,12 +492,13 @@ impl Trace {
             // its kernels held are new.
             (Some(ops), Some(r)) if r.ops == ops => {
                 r.evicted = evicted;
+                r.writes = writes;
                 std::mem::swap(&mut r.kernel_room, &mut kernel_room);
                 self.current = ops;
             }
             (Some(ops), _) => {
                 self.current = Vec::with_capacity(ops.len());
-                self.recorded = Some(Recorded::new(ops, evicted, std::mem::take(&mut kernel_room)));
+                self.recorded = Some(Recorded::new(ops, evicted, writes, std::mem::take(&mut kernel_room)));
                 self.recordings += 1;
             }
             (None, _) => {}
@@ -495,14 +522,18 @@ impl Trace {
 /// Re-bases the op indices of results made inside an auto-detected iteration that began at op
 /// `start` of the previous recording.
 fn renumber(ops: &mut [OpRecord], start: u32) {
-    let fix = |k: &mut NormKey| {
-        if let NormKey::Produced(op) = k {
-            *k = if *op >= start { NormKey::Produced(*op - start) } else { NormKey::Stale };
-        }
-    };
     for op in ops {
-        op.inputs.iter_mut().for_each(|(k, _)| fix(k));
-        op.output.iter_mut().for_each(|(k, _)| fix(k));
+        op.inputs.iter_mut().for_each(|(k, _)| *k = renumbered(*k, start));
+        op.output.iter_mut().for_each(|(k, _)| *k = renumbered(*k, start));
+    }
+}
+
+/// `key` in an iteration that begins at op `start` of the one it was named in.
+fn renumbered(key: NormKey, start: u32) -> NormKey {
+    match key {
+        NormKey::Produced(op) if op >= start => NormKey::Produced(op - start),
+        NormKey::Produced(_) => NormKey::Stale,
+        k => k,
     }
 }
 
@@ -511,7 +542,7 @@ fn renumber(ops: &mut [OpRecord], start: u32) {
 /// evicts the tensor whose next use is furthest. Results appear on the device without a load
 /// and count against the budget; `pinned` bytes are unavailable.
 pub fn offline_min_loads(ops: &[OpRecord], budget: u64, pinned: u64, repeat: usize) -> u64 {
-    let recorded = Recorded::new(ops.to_vec(), HashSet::new(), vec![0; ops.len()]);
+    let recorded = Recorded::new(ops.to_vec(), HashSet::new(), HashSet::new(), vec![0; ops.len()]);
     let capacity = budget.saturating_sub(pinned);
     let mut cache: HashMap<NormKey, u64> = HashMap::new();
     let mut loaded = 0;
@@ -687,6 +718,27 @@ mod tests {
         // An anchor seen before the cap, seen again past it, starts no iteration of the ops kept.
         t.op_end("add", &[(TraceKey::Persistent(1), 4), (TraceKey::Persistent(2), 4)], Some(4), Some(2));
         assert_eq!((t.iteration(), t.current.len()), (0, MAX_UNMARKED_OPS), "no iteration of part of the ops");
+    }
+
+    #[test]
+    fn the_op_that_uses_a_tensor_next_is_known_to_write_it_or_not() {
+        // Adam's second moment (persistent 7): scaled in place, added to in place, read; then a
+        // weight read. Marked steps, so that each repeats the recording.
+        let mut t = Trace::default();
+        let v = TraceKey::Persistent(7);
+        for step in 0..4 {
+            t.mark();
+            let following = step >= 1;
+            assert_eq!(t.next_use_writes(v), following, "step {step}: op 0 writes it next");
+            t.op_end("mul_", &[(v, 8)], None, None);
+            t.wrote(v);
+            assert_eq!(t.next_use_writes(v), following, "step {step}: op 1 writes it next");
+            t.op_end("addcmul_", &[(v, 8), (TraceKey::Persistent(8), 8)], None, None);
+            t.wrote(v);
+            assert!(!t.next_use_writes(v), "step {step}: op 2 only reads it");
+            t.op_end("sqrt", &[(v, 8)], Some(8), None);
+            t.op_end("mm", &[(TraceKey::Persistent(9), 8)], Some(8), None);
+        }
     }
 
     /// One op reading weight `w`, anchored by it once `used` (as a weight read before).

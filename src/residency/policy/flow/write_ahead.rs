@@ -1,5 +1,6 @@
 //! Flow's write-ahead: while the recorded order is followed, a storage the op made or wrote that
-//! the recorded iteration evicted starts its write-back as the op ends.
+//! the recorded iteration evicted starts its write-back as the op ends, or, where the op that
+//! uses it next writes it again, once that op has.
 
 use crate::residency::core::manager::Manager;
 use crate::residency::core::storage::Home;
@@ -11,17 +12,31 @@ impl Manager {
     /// producing ops do, rather than queueing up where memory runs out, late in the forward pass,
     /// ahead of the reloads backward needs first. A failure leaves the write-back to the
     /// eviction.
+    ///
+    /// A storage whose next use, in the recorded order, writes it again waits (`write_ahead_later`)
+    /// until one does not: written ahead before, its bytes would cross twice (Adam's `exp_avg_sq`,
+    /// scaled by `_foreach_mul_`, then added to by `_foreach_addcmul_`).
     pub(in crate::residency) fn write_ahead(&mut self, op: &'static str) {
         if self.policy.prefetches() && self.trace.following() {
-            let written = std::mem::take(&mut self.written_now);
+            let mut written = std::mem::take(&mut self.written_now);
+            written.append(&mut self.write_ahead_later);
+            written.sort_unstable();
+            written.dedup();
             for &id in &written {
                 let Some(s) = self.storages.get(&id) else { continue };
                 let eligible = s.resident() && s.dirty && s.in_use == 0 && !s.pinned && s.counted() && !matches!(s.kind, Home::External { .. });
-                if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) && self.write_home(id, op).is_ok() {
+                if !eligible || self.droppable(id) || !self.trace.evicted_last_time(s.key) {
+                    continue;
+                }
+                if self.trace.next_use_writes(s.key) {
+                    self.write_ahead_later.push(id);
+                } else if self.write_home(id, op).is_ok() {
                     self.storages.get_mut(&id).expect("written above").written_ahead = true;
                 }
             }
             self.written_now = written; // its capacity serves the next op
+        } else {
+            self.write_ahead_later.clear();
         }
         self.written_now.clear();
     }
