@@ -232,13 +232,14 @@ impl Trace {
         }
     }
 
-    /// Whether the recorded op that uses `key` next wrote it in place (an optimizer's state,
-    /// updated by one op after another): see `Manager::write_ahead`.
-    pub(crate) fn next_use_writes(&self, key: TraceKey) -> bool {
+    /// Whether the recorded op that uses `key` next, at most `within` ops from the one about to
+    /// run, wrote it in place (an optimizer's state, updated by one op after another): see
+    /// `Manager::write_ahead`.
+    pub(crate) fn next_use_writes(&self, key: TraceKey, within: u64) -> bool {
         let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return false };
         let key = self.stand_in(self.norm(key));
         let next = r.next_use(key, self.pos);
-        next != u64::MAX && r.writes.contains(&((next % r.ops.len() as u64) as u32, key))
+        next != u64::MAX && next - self.pos as u64 <= within && r.writes.contains(&((next % r.ops.len() as u64) as u32, key))
     }
 
     /// After a mark, the results of the iteration before that survived it (`survivors`: their
@@ -729,14 +730,16 @@ mod tests {
         for step in 0..4 {
             t.mark();
             let following = step >= 1;
-            assert_eq!(t.next_use_writes(v), following, "step {step}: op 0 writes it next");
+            assert_eq!(t.next_use_writes(v, 8), following, "step {step}: op 0 writes it next");
             t.op_end("mul_", &[(v, 8)], None, None);
             t.wrote(v);
-            assert_eq!(t.next_use_writes(v), following, "step {step}: op 1 writes it next");
+            assert_eq!(t.next_use_writes(v, 8), following, "step {step}: op 1 writes it next");
             t.op_end("addcmul_", &[(v, 8), (TraceKey::Persistent(8), 8)], None, None);
             t.wrote(v);
-            assert!(!t.next_use_writes(v), "step {step}: op 2 only reads it");
+            assert!(!t.next_use_writes(v, 8), "step {step}: op 2 only reads it");
             t.op_end("sqrt", &[(v, 8)], Some(8), None);
+            assert_eq!(t.next_use_writes(v, 8), following, "step {step}: the next step's op 0 writes it");
+            assert!(!t.next_use_writes(v, 0), "step {step}: two ops on, not within none");
             t.op_end("mm", &[(TraceKey::Persistent(9), 8)], Some(8), None);
         }
     }
