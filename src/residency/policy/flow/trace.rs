@@ -447,10 +447,14 @@ impl Trace {
     }
 
     /// The op that ended last wrote `key` in place (kept with its record: an op past the ops
-    /// kept has none).
+    /// kept has none; a result of an iteration gone is no name to keep).
     pub(crate) fn wrote(&mut self, key: TraceKey) {
-        if let Some(op) = self.pos.checked_sub(1).filter(|&op| (op as usize) < self.current.len()) {
-            self.writes.insert((op, self.norm(key)));
+        match (self.pos.checked_sub(1), self.norm(key)) {
+            (_, NormKey::Stale) => {}
+            (Some(op), key) if (op as usize) < self.current.len() => {
+                self.writes.insert((op, key));
+            }
+            _ => {}
         }
     }
 
